@@ -1,0 +1,27 @@
+"""keras-transformer: the Transformer of "Attention Is All You Need" on Keras 3."""
+
+from keras_transformer import layers
+from keras_transformer.models.search import beam_search, greedy_search, length_penalty
+from keras_transformer.models.transformer import Transformer, paper_optimizer
+from keras_transformer.models.transformer_backbone import TransformerBackbone
+from keras_transformer.models.transformer_preprocessor import TransformerPreprocessor
+from keras_transformer.models.transformer_tokenizer import TransformerTokenizer, train_tokenizer
+from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy, TransformerSchedule
+from keras_transformer.version import __version__
+
+__all__ = [
+    "LabelSmoothedCrossEntropy",
+    "MaskedAccuracy",
+    "Transformer",
+    "TransformerBackbone",
+    "TransformerPreprocessor",
+    "TransformerSchedule",
+    "TransformerTokenizer",
+    "__version__",
+    "beam_search",
+    "greedy_search",
+    "layers",
+    "length_penalty",
+    "paper_optimizer",
+    "train_tokenizer",
+]

@@ -1,0 +1,57 @@
+"""One decoder layer (section 3.1)."""
+
+import keras
+import keras_hub
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class DecoderBlock(keras_hub.layers.TransformerDecoder):
+    """One of the N identical decoder layers of section 3.1.
+
+    Three sublayers:
+
+        x = LayerNorm(x + Dropout(MaskedSelfAttention(x)))          # causal
+        x = LayerNorm(x + Dropout(Attention(q=x, k=v=encoder_out)))  # 3.2.3
+        x = LayerNorm(x + Dropout(FFN(x)))
+
+    The self-attention is masked so that position i attends only to positions
+    <= i (section 3.1: "ensures that the predictions for position i can depend
+    only on the known outputs at positions less than i"); the encoder-decoder
+    attention masks padded source positions.
+
+    For incremental decoding the layer takes `self_attention_cache` (keys and
+    values of the positions already decoded, updated in place at
+    `self_attention_cache_update_index`) and `cross_attention_cache` (keys and
+    values of the encoder output, computed once per sentence): each step then
+    costs one new position instead of the whole prefix.
+
+    KerasHub's `TransformerDecoder` implements these equations and caches;
+    this class fixes the paper's defaults. `normalize_first=True` gives Pre-LN.
+
+    Example:
+    >>> import numpy as np
+    >>> block = DecoderBlock(intermediate_dim=16, num_heads=2)
+    >>> y = np.random.rand(2, 3, 8).astype("float32")
+    >>> x = np.random.rand(2, 5, 8).astype("float32")
+    >>> tuple(block(y, x).shape)
+    (2, 3, 8)
+    """
+
+    def __init__(
+        self,
+        intermediate_dim: int,
+        num_heads: int,
+        dropout: float = 0.1,
+        normalize_first: bool = False,
+        layer_norm_epsilon: float = 1e-6,
+        **kwargs,
+    ):
+        super().__init__(
+            intermediate_dim=intermediate_dim,
+            num_heads=num_heads,
+            dropout=dropout,
+            activation=kwargs.pop("activation", "relu"),
+            normalize_first=normalize_first,
+            layer_norm_epsilon=layer_norm_epsilon,
+            **kwargs,
+        )

@@ -1,0 +1,52 @@
+"""One encoder layer (section 3.1)."""
+
+import keras
+import keras_hub
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class EncoderBlock(keras_hub.layers.TransformerEncoder):
+    """One of the N identical encoder layers of section 3.1.
+
+    Two sublayers, each wrapped as in section 3.1 and regularised as in 5.4:
+
+        x = LayerNorm(x + Dropout(MultiHeadSelfAttention(x)))   # 3.2.2
+        x = LayerNorm(x + Dropout(FFN(x)))                       # 3.3
+        FFN(x) = max(0, x W1 + b1) W2 + b2
+
+    This is the Post-LN arrangement of the paper. `normalize_first=True` gives
+    the Pre-LN variant, `x + Dropout(Sublayer(LayerNorm(x)))`, which trains
+    more stably for deep stacks (the backbone then adds a final LayerNorm).
+
+    KerasHub's `TransformerEncoder` implements exactly these equations
+    (including masking padded keys with the padding mask), so this class only
+    fixes the paper's vocabulary and defaults: `intermediate_dim` is d_ff,
+    `num_heads` is h, `dropout` is P_drop (also applied to attention weights,
+    as tensor2tensor does).
+
+    Example:
+    >>> import numpy as np
+    >>> block = EncoderBlock(intermediate_dim=16, num_heads=2)
+    >>> x = np.random.rand(2, 5, 8).astype("float32")
+    >>> tuple(block(x, padding_mask=np.ones((2, 5), bool)).shape)
+    (2, 5, 8)
+    """
+
+    def __init__(
+        self,
+        intermediate_dim: int,
+        num_heads: int,
+        dropout: float = 0.1,
+        normalize_first: bool = False,
+        layer_norm_epsilon: float = 1e-6,
+        **kwargs,
+    ):
+        super().__init__(
+            intermediate_dim=intermediate_dim,
+            num_heads=num_heads,
+            dropout=dropout,
+            activation=kwargs.pop("activation", "relu"),
+            normalize_first=normalize_first,
+            layer_norm_epsilon=layer_norm_epsilon,
+            **kwargs,
+        )

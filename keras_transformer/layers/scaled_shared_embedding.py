@@ -1,0 +1,50 @@
+"""Token embeddings shared with the pre-softmax projection (section 3.4)."""
+
+import math
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class ScaledSharedEmbedding(keras.layers.ReversibleEmbedding):
+    """One matrix `E` for source embedding, target embedding and output softmax.
+
+    Section 3.4: "we share the same weight matrix between the two embedding
+    layers and the pre-softmax linear transformation ... In the embedding
+    layers, we multiply those weights by sqrt(d_model)."
+
+        embed(ids)        = E[ids] * sqrt(d_model)
+        embed(h, reverse) = h @ E^T            (the logits)
+
+    Keras' `ReversibleEmbedding` gives the tied `reverse` projection; what it
+    lacks is the sqrt(d_model) scale, which is the only thing this subclass adds.
+    `E` starts from N(0, d_model^-0.5), so that the scaled embeddings have unit
+    variance, as in tensor2tensor.
+
+    Args:
+        input_dim: vocabulary size.
+        output_dim: `d_model`.
+
+    Example:
+    >>> import numpy as np
+    >>> layer = ScaledSharedEmbedding(input_dim=10, output_dim=4)
+    >>> x = layer(np.array([[1, 2, 3]]))
+    >>> tuple(x.shape), tuple(layer(x, reverse=True).shape)
+    ((1, 3, 4), (1, 3, 10))
+    """
+
+    def __init__(self, input_dim: int, output_dim: int, **kwargs):
+        kwargs.setdefault(
+            "embeddings_initializer",
+            keras.initializers.RandomNormal(stddev=output_dim**-0.5),
+        )
+        kwargs.setdefault("tie_weights", True)
+        super().__init__(input_dim=input_dim, output_dim=output_dim, **kwargs)
+        self.scale = math.sqrt(output_dim)
+
+    def call(self, inputs, reverse: bool = False):
+        outputs = super().call(inputs, reverse=reverse)
+        if reverse:
+            return outputs
+        return outputs * ops.cast(self.scale, outputs.dtype)

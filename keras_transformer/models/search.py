@@ -1,0 +1,207 @@
+"""Greedy and beam search with the paper's length penalty (section 6.1).
+
+KerasHub's `BeamSampler` keeps no pool of finished hypotheses and has no length
+penalty, both of which section 6.1 needs, so the search is written here, in
+`keras.ops` only: one `while_loop` over fixed-size buffers, so that it traces
+to a single graph (XLA on TensorFlow, `jax.jit` on JAX) with bounded shapes.
+
+Both functions take a `step_fn(token_ids, index, cache) -> (log_probs, cache)`
+that scores the next token of every row given the token at `index` (shape
+`(rows, 1)`) and a cache of keys/values that it updates.
+"""
+
+from collections.abc import Callable
+
+import keras
+from keras import ops
+
+NEG_INF = -1e9
+
+
+def length_penalty(length, alpha: float):
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha; beam scores are log P(Y) / lp(Y)."""
+    return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
+
+
+def _forced_end(log_probs, force, end_token_id):
+    """Where `force` is true, every token but the end token gets -inf."""
+    vocab = ops.shape(log_probs)[-1]
+    only_end = ops.where(ops.arange(vocab) == end_token_id, 0.0, NEG_INF)
+    force = ops.reshape(force, ops.shape(force) + (1,) * (len(ops.shape(log_probs)) - len(ops.shape(force))))
+    return ops.where(force, only_end, log_probs)
+
+
+def _gather_rows(x, indices):
+    """`x[b, indices[b, j]]` for every batch row b: picks beams per sentence."""
+    expanded = ops.reshape(indices, ops.shape(indices) + (1,) * (len(ops.shape(x)) - 2))
+    return ops.take_along_axis(x, expanded, axis=1)
+
+
+def greedy_search(
+    step_fn: Callable,
+    first_log_probs,
+    cache,
+    max_lengths,
+    buffer_length: int,
+    start_token_id: int,
+    end_token_id: int,
+    pad_token_id: int,
+):
+    """Picks the most probable token at every step.
+
+    Args:
+        step_fn: see the module docstring.
+        first_log_probs: `(batch, vocab)`, the scores of the first token.
+        cache: the state of `step_fn` after the start token.
+        max_lengths: `(batch,)` int, the most tokens to generate for each
+            sentence, end token included (the end token is forced there).
+        buffer_length: static size of the output, start token included.
+        start_token_id, end_token_id, pad_token_id: special token ids.
+
+    Returns:
+        `(batch, buffer_length)` int32 tokens: start token, the translation, the
+        end token, then padding.
+    """
+    batch = ops.shape(first_log_probs)[0]
+    max_lengths = ops.minimum(ops.cast(max_lengths, "int32"), buffer_length - 1)
+    tokens = ops.full((batch, buffer_length), pad_token_id, dtype="int32")
+    tokens = ops.slice_update(tokens, (0, 0), ops.full((batch, 1), start_token_id, "int32"))
+
+    def choose(log_probs, index, done):
+        log_probs = _forced_end(log_probs, index >= max_lengths, end_token_id)
+        token = ops.cast(ops.argmax(log_probs, axis=-1), "int32")
+        return ops.where(done, pad_token_id, token)
+
+    done = ops.zeros((batch,), dtype="bool")
+    token = choose(first_log_probs, 1, done)
+    tokens = ops.slice_update(tokens, (0, 1), token[:, None])
+    done = token == end_token_id
+
+    def cond(index, tokens, done, cache):
+        return ops.logical_not(ops.all(done))
+
+    def body(index, tokens, done, cache):
+        log_probs, cache = step_fn(ops.slice(tokens, (0, index), (batch, 1)), index, cache)
+        token = choose(log_probs, index + 1, done)
+        tokens = ops.slice_update(tokens, (0, index + 1), token[:, None])
+        return index + 1, tokens, ops.logical_or(done, token == end_token_id), cache
+
+    _, tokens, _, _ = ops.while_loop(
+        cond, body, (ops.convert_to_tensor(1, "int32"), tokens, done, cache),
+        maximum_iterations=buffer_length - 2,
+    )
+    return tokens
+
+
+def beam_search(
+    step_fn: Callable,
+    first_log_probs,
+    cache,
+    max_lengths,
+    buffer_length: int,
+    beam_size: int,
+    alpha: float,
+    start_token_id: int,
+    end_token_id: int,
+    pad_token_id: int,
+):
+    """Beam search as in section 6.1 (and tensor2tensor): keeps `beam_size`
+    live hypotheses and a pool of the `beam_size` best finished ones, scored
+    by log P(Y) / lp(Y), and stops as soon as no live hypothesis can beat the
+    best finished one.
+
+    Args:
+        step_fn: see the module docstring; it is called on `batch * beam_size`
+            rows, beams of one sentence next to each other.
+        first_log_probs: `(batch, vocab)`, the scores of the first token.
+        cache: the state of `step_fn` after the start token, for `batch` rows;
+            it is repeated for every beam here.
+        max_lengths: `(batch,)` int, the most tokens to generate for each
+            sentence, end token included; the end token is forced there, so
+            every sentence ends with finished hypotheses.
+        buffer_length: static size of the output, start token included.
+        beam_size: live hypotheses per sentence.
+        alpha: length penalty exponent (0.6 in the paper; 0 for none).
+        start_token_id, end_token_id, pad_token_id: special token ids.
+
+    Returns:
+        `(tokens, scores)`: the best finished hypothesis of each sentence,
+        `(batch, buffer_length)` int32 laid out as `greedy_search`'s, and its
+        length-normalised log-probability `(batch,)`.
+    """
+    batch, vocab = ops.shape(first_log_probs)[0], ops.shape(first_log_probs)[1]
+    k = beam_size
+    max_lengths = ops.minimum(ops.cast(max_lengths, "int32"), buffer_length - 1)
+    positions = ops.arange(buffer_length)[None, None, :]
+
+    # Every beam starts as the start token; only beam 0 is live at first, so
+    # that the first step does not pick the same token k times.
+    alive_tokens = ops.full((batch, k, buffer_length), pad_token_id, dtype="int32")
+    alive_tokens = ops.where(positions == 0, start_token_id, alive_tokens)
+    alive_scores = ops.tile(
+        ops.convert_to_tensor([[0.0] + [NEG_INF] * (k - 1)], "float32"), (batch, 1)
+    )
+    finished_tokens = alive_tokens
+    finished_scores = ops.full((batch, k), NEG_INF, dtype="float32")
+    cache = keras.tree.map_structure(lambda c: ops.repeat(c, k, axis=0), cache)
+    first_log_probs = ops.repeat(first_log_probs[:, None, :], k, axis=1)
+
+    def advance(index, log_probs, alive_tokens, alive_scores, finished_tokens, finished_scores):
+        """Extends every live beam by every token; returns the new state and
+        which old beam each new live beam came from."""
+        log_probs = _forced_end(log_probs, index >= max_lengths, end_token_id)
+        not_generated = (ops.arange(vocab) == pad_token_id) | (ops.arange(vocab) == start_token_id)
+        log_probs = ops.where(not_generated, NEG_INF, log_probs)
+        scores = ops.reshape(alive_scores[:, :, None] + log_probs, (batch, k * vocab))
+        # 2k candidates always hold k that do not end here.
+        top_scores, top_ids = ops.top_k(scores, 2 * k)
+        origin, token = top_ids // vocab, ops.cast(top_ids % vocab, "int32")
+        tokens = _gather_rows(alive_tokens, origin)
+        tokens = ops.where(positions == index, token[:, :, None], tokens)
+        ends = token == end_token_id
+
+        # Finished pool: the best k of the old pool and the hypotheses ending now.
+        ended_scores = ops.where(ends, top_scores / length_penalty(index, alpha), NEG_INF)
+        pool_scores = ops.concatenate([finished_scores, ended_scores], axis=1)
+        pool_tokens = ops.concatenate([finished_tokens, tokens], axis=1)
+        finished_scores, best = ops.top_k(pool_scores, k)
+        finished_tokens = _gather_rows(pool_tokens, best)
+
+        # Live beams: the best k that did not end.
+        alive_scores, best = ops.top_k(ops.where(ends, NEG_INF, top_scores), k)
+        alive_tokens = _gather_rows(tokens, best)
+        origin = ops.take_along_axis(origin, best, axis=1)
+        return alive_tokens, alive_scores, finished_tokens, finished_scores, origin
+
+    def can_improve(alive_scores, finished_scores):
+        """False for a sentence once its best finished score beats any score a
+        live beam could still reach (log-probs only fall; lp grows with length)."""
+        best_reachable = alive_scores[:, 0] / length_penalty(max_lengths, alpha)
+        return (finished_scores[:, 0] < best_reachable) & (alive_scores[:, 0] > NEG_INF / 2)
+
+    state = advance(1, first_log_probs, alive_tokens, alive_scores, finished_tokens, finished_scores)
+    alive_tokens, alive_scores, finished_tokens, finished_scores, origin = state
+    # After the first step all beams descend from beam 0: the repeated cache is right.
+
+    def cond(index, alive_tokens, alive_scores, finished_tokens, finished_scores, cache):
+        return ops.any(can_improve(alive_scores, finished_scores))
+
+    def body(index, alive_tokens, alive_scores, finished_tokens, finished_scores, cache):
+        rows = ops.reshape(alive_tokens, (batch * k, buffer_length))
+        log_probs, cache = step_fn(ops.slice(rows, (0, index), (batch * k, 1)), index, cache)
+        log_probs = ops.reshape(ops.cast(log_probs, "float32"), (batch, k, vocab))
+        alive_tokens, alive_scores, finished_tokens, finished_scores, origin = advance(
+            index + 1, log_probs, alive_tokens, alive_scores, finished_tokens, finished_scores
+        )
+        # Reorder the self-attention cache to follow the surviving beams.
+        flat_origin = ops.reshape(origin + ops.arange(batch)[:, None] * k, (-1,))
+        cache = keras.tree.map_structure(lambda c: ops.take(c, flat_origin, axis=0), cache)
+        return index + 1, alive_tokens, alive_scores, finished_tokens, finished_scores, cache
+
+    _, _, _, finished_tokens, finished_scores, _ = ops.while_loop(
+        cond,
+        body,
+        (ops.convert_to_tensor(1, "int32"), alive_tokens, alive_scores, finished_tokens, finished_scores, cache),
+        maximum_iterations=buffer_length - 2,
+    )
+    return finished_tokens[:, 0, :], finished_scores[:, 0]

@@ -1,0 +1,371 @@
+"""`Transformer`: the trainable, translating task model."""
+
+from functools import partial
+
+import keras
+import keras_hub
+import numpy as np
+from keras import ops
+
+from keras_transformer.models import search
+from keras_transformer.models.transformer_backbone import TransformerBackbone
+from keras_transformer.models.transformer_preprocessor import TransformerPreprocessor
+from keras_transformer.training import (
+    LabelSmoothedCrossEntropy,
+    MaskedAccuracy,
+    TransformerSchedule,
+)
+
+TOKEN_ID_KEYS = ("encoder_token_ids", "encoder_padding_mask", "decoder_token_ids")
+SOURCE_BUCKET = 16  # source lengths are padded to a multiple of this: few shapes, few compiles
+
+
+def paper_optimizer(hidden_dim: int, warmup_steps: int = 4000, scale: float = 1.0, **kwargs):
+    """Adam(beta1=0.9, beta2=0.98, eps=1e-9) on the section 5.3 schedule."""
+    return keras.optimizers.Adam(
+        learning_rate=TransformerSchedule(hidden_dim, warmup_steps, scale),
+        beta_1=0.9,
+        beta_2=0.98,
+        epsilon=1e-9,
+        **kwargs,
+    )
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Transformer(keras_hub.models.Seq2SeqLM):
+    """The Transformer translation model of "Attention Is All You Need".
+
+    A KerasHub `Seq2SeqLM`: a `TransformerBackbone`, logits from the shared
+    embedding matrix (section 3.4), and an optional `TransformerPreprocessor`
+    so that `fit`, `evaluate` and `translate` take raw strings.
+
+    `compile()` with no arguments is the paper's recipe: Adam(0.9, 0.98, 1e-9)
+    with the warmup / inverse square-root schedule (5.3), label smoothing 0.1
+    (5.4), and token accuracy, all ignoring padding.
+
+    `translate()` / `generate()` decode with beam search (beam 4, length
+    penalty alpha 0.6, at most source length + 50 tokens, section 6.1) or
+    greedily, with cached keys and values, compiled as one graph per
+    (batch, length bucket) shape.
+
+    Args:
+        backbone: a `TransformerBackbone`.
+        preprocessor: a `TransformerPreprocessor`, or `None` to feed token ids.
+
+    Example:
+    >>> import keras_transformer as kt
+    >>> pairs = [("a dog runs .", "ein hund rennt ."), ("a cat .", "eine katze .")]
+    >>> tokenizer = kt.train_tokenizer([s for p in pairs for s in p] * 10, 40)
+    >>> model = kt.Transformer(
+    ...     backbone=kt.TransformerBackbone(
+    ...         vocabulary_size=tokenizer.vocabulary_size(), num_encoder_layers=1,
+    ...         num_decoder_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32),
+    ...     preprocessor=kt.TransformerPreprocessor(tokenizer, 16, 16))
+    >>> history = model.fit(
+    ...     {"encoder_text": [p[0] for p in pairs], "decoder_text": [p[1] for p in pairs]},
+    ...     batch_size=2, epochs=1, verbose=0)
+    >>> len(model.translate(["a dog runs ."]))
+    1
+    """
+
+    backbone_cls = TransformerBackbone
+    preprocessor_cls = TransformerPreprocessor
+
+    def __init__(self, backbone: TransformerBackbone, preprocessor=None, **kwargs):
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+
+        # === Functional model ===
+        inputs = backbone.input
+        hidden = backbone(inputs)["decoder_sequence_output"]
+        logits = backbone.token_embedding(hidden, reverse=True)
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+        self._search_functions = {}
+
+    def compile(
+        self,
+        optimizer="auto",
+        loss="auto",
+        *,
+        weighted_metrics="auto",
+        label_smoothing: float = 0.1,
+        warmup_steps: int = 4000,
+        **kwargs,
+    ):
+        """Configures training; every `"auto"` is the paper's choice.
+
+        Args:
+            optimizer: `"auto"` for Adam(0.9, 0.98, 1e-9) on
+                `TransformerSchedule(hidden_dim, warmup_steps)`, or any Keras
+                optimizer.
+            loss: `"auto"` for `LabelSmoothedCrossEntropy(label_smoothing)`.
+            weighted_metrics: `"auto"` for `MaskedAccuracy`.
+            label_smoothing: eps_ls for the `"auto"` loss.
+            warmup_steps: for the `"auto"` optimizer.
+            **kwargs: passed to `keras.Model.compile`.
+        """
+        pad_token_id = self._pad_token_id
+        if optimizer == "auto":
+            optimizer = paper_optimizer(self.backbone.hidden_dim, warmup_steps)
+        if loss == "auto":
+            loss = LabelSmoothedCrossEntropy(label_smoothing, pad_token_id=pad_token_id)
+        if weighted_metrics == "auto":
+            weighted_metrics = [MaskedAccuracy(pad_token_id=pad_token_id)]
+        # KerasHub's Seq2SeqLM.compile adds a sampler; decoding here is the
+        # paper's beam search, so go straight to keras.Model.compile.
+        keras.Model.compile(
+            self,
+            optimizer=optimizer,
+            loss=loss,
+            weighted_metrics=weighted_metrics,
+            **kwargs,
+        )
+        self._search_functions = {}
+
+    @property
+    def _pad_token_id(self) -> int:
+        if self.preprocessor is not None:
+            return self.preprocessor.tokenizer.pad_token_id
+        return 0
+
+    def preprocess_samples(self, x, y=None, sample_weight=None):
+        # Token ids (e.g. from `keras_transformer.data`) skip the preprocessor.
+        if isinstance(x, dict) and all(key in x for key in TOKEN_ID_KEYS):
+            return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
+        return super().preprocess_samples(x, y, sample_weight)
+
+    # --- Decoding -------------------------------------------------------
+
+    def search_step(
+        self,
+        inputs: dict,
+        beam_size: int | None = 4,
+        alpha: float = 0.6,
+        max_extra_length: int = 50,
+        start_token_id: int = 2,
+        end_token_id: int = 3,
+        pad_token_id: int = 0,
+    ):
+        """Decodes one batch of token ids; traceable as a single graph.
+
+        Args:
+            inputs: `encoder_token_ids`, `encoder_padding_mask` (`(batch,
+                source_length)`) and `decoder_token_ids`, whose static length is
+                the output buffer, start token included.
+            beam_size: beams per sentence, or `None` for greedy search.
+            alpha: length penalty exponent for beam search.
+            max_extra_length: each sentence gets at most its source length
+                plus this many tokens before its end token (section 6.1).
+
+        Returns:
+            `{"decoder_token_ids", "decoder_padding_mask"}`: the translations
+            as token ids, start and end tokens included.
+        """
+        backbone = self.backbone
+        source_ids = inputs["encoder_token_ids"]
+        source_mask = inputs["encoder_padding_mask"]
+        batch, source_length = ops.shape(source_ids)[0], ops.shape(source_ids)[1]
+        buffer_length = ops.shape(inputs["decoder_token_ids"])[1]
+
+        encoder_output = backbone.encode(source_ids, source_mask)
+        # Source tokens without <s> and </s>, plus the paper's 50, plus </s>.
+        source_tokens = ops.sum(ops.cast(source_mask, "int32"), axis=-1) - 2
+        max_lengths = source_tokens + max_extra_length + 1
+
+        start = ops.full((batch, 1), start_token_id, dtype="int32")
+        logits, self_cache, cross_cache = backbone.decode_step(
+            start,
+            0,
+            encoder_output,
+            source_mask,
+            backbone.empty_cache(batch, buffer_length),
+            backbone.empty_cache(batch, source_length),
+            fill_cross_attention_cache=True,
+        )
+        first_log_probs = ops.log_softmax(ops.cast(logits[:, 0, :], "float32"))
+        if beam_size is not None:
+            # Every beam of a sentence reads the same source.
+            encoder_output, source_mask, cross_cache = (
+                ops.repeat(t, beam_size, axis=0) for t in (encoder_output, source_mask, cross_cache)
+            )
+
+        def step(token_ids, index, cache):
+            logits, cache, _ = backbone.decode_step(
+                token_ids, index, encoder_output, source_mask, cache, cross_cache
+            )
+            return ops.log_softmax(ops.cast(logits[:, 0, :], "float32")), cache
+
+        special = dict(
+            start_token_id=start_token_id, end_token_id=end_token_id, pad_token_id=pad_token_id
+        )
+        if beam_size is None:
+            tokens = search.greedy_search(
+                step, first_log_probs, self_cache, max_lengths, buffer_length, **special
+            )
+        else:
+            tokens, _ = search.beam_search(
+                step, first_log_probs, self_cache, max_lengths, buffer_length,
+                beam_size, alpha, **special,
+            )
+        return {"decoder_token_ids": tokens, "decoder_padding_mask": tokens != pad_token_id}
+
+    def _search_function(self, **config):
+        """`search_step` compiled for the backend, one per search config."""
+        key = tuple(sorted(config.items()))
+        if key in self._search_functions:
+            return self._search_functions[key]
+        function = partial(self.search_step, **config)
+        backend = keras.config.backend()
+        if backend == "tensorflow" and not self.run_eagerly:
+            import tensorflow as tf
+
+            function = tf.function(function, jit_compile=getattr(self, "jit_compile", True))
+        elif backend == "jax" and not self.run_eagerly:
+            import jax
+
+            variables = self.variables
+
+            @jax.jit
+            def stateless(values, inputs):
+                with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                    return self.search_step(inputs, **config)
+
+            def function(inputs):
+                return stateless([v.value for v in variables], inputs)
+
+        elif backend == "torch":
+            import torch
+
+            def function(inputs, _search=function):
+                with torch.no_grad():
+                    return _search(inputs)
+
+        self._search_functions[key] = function
+        return function
+
+    def generate(
+        self,
+        inputs,
+        max_length: int | None = None,
+        *,
+        beam_size: int | None = 4,
+        alpha: float = 0.6,
+        max_extra_length: int = 50,
+    ):
+        """Translates one batch.
+
+        Args:
+            inputs: a string or list of strings (with a preprocessor), or a dict
+                of `encoder_token_ids` and `encoder_padding_mask` arrays.
+            max_length: the output buffer, start token included; by default
+                the padded source length + `max_extra_length`, so that no
+                sentence is cut short of section 6.1's limit.
+            beam_size: beams per sentence (4 in the paper); `None` for greedy
+                search. `beam_size=1` with `alpha=0` is greedy search too.
+            alpha: length penalty exponent, 0.6 in the paper.
+            max_extra_length: at most source length + this many tokens.
+
+        Returns:
+            Strings (with a preprocessor; one string for one string in), or
+            `{"decoder_token_ids", "decoder_padding_mask"}` arrays.
+        """
+        if beam_size is not None and beam_size < 1:
+            raise ValueError(f"beam_size must be a positive integer or None; got {beam_size}.")
+        single = isinstance(inputs, str)
+        if single:
+            inputs = [inputs]
+        if isinstance(inputs, dict):
+            token_ids = {k: ops.convert_to_numpy(inputs[k]) for k in TOKEN_ID_KEYS[:2]}
+        else:
+            if self.preprocessor is None:
+                raise ValueError(
+                    "This model has no preprocessor, so generate() needs token ids: "
+                    "a dict with 'encoder_token_ids' and 'encoder_padding_mask'."
+                )
+            token_ids = self._encode_sources(list(inputs))
+        source_length = token_ids["encoder_token_ids"].shape[1]
+        if max_length is None:
+            max_length = source_length + max_extra_length
+        batch = token_ids["encoder_token_ids"].shape[0]
+        token_ids["decoder_token_ids"] = np.zeros((batch, max_length), "int32")
+        tokenizer = self.preprocessor.tokenizer if self.preprocessor is not None else None
+        special = (
+            dict(
+                start_token_id=tokenizer.start_token_id,
+                end_token_id=tokenizer.end_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+            if tokenizer is not None
+            else {}
+        )
+        function = self._search_function(
+            beam_size=beam_size, alpha=float(alpha), max_extra_length=max_extra_length, **special
+        )
+        outputs = function({k: ops.convert_to_tensor(v) for k, v in token_ids.items()})
+        outputs = {k: ops.convert_to_numpy(v) for k, v in outputs.items()}
+        if tokenizer is None:
+            return outputs
+        texts = self.preprocessor.generate_postprocess(outputs)
+        texts = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in _to_list(texts)]
+        return texts[0] if single else texts
+
+    def _encode_sources(self, texts: list[str]) -> dict:
+        """Tokenizes, adds <s> </s> and pads to the next multiple of SOURCE_BUCKET."""
+        longest = max((len(ids) for ids in self._tokenize(texts)), default=0) + 2
+        bucket = -(-longest // SOURCE_BUCKET) * SOURCE_BUCKET
+        packed = self.preprocessor.generate_preprocess(texts, encoder_sequence_length=bucket)
+        return {k: ops.convert_to_numpy(packed[k]) for k in TOKEN_ID_KEYS[:2]}
+
+    def _tokenize(self, texts: list[str]) -> list[list[int]]:
+        ids = self.preprocessor.tokenizer(texts)
+        return [list(row) for row in _to_list(ids)]
+
+    def translate(
+        self,
+        texts,
+        *,
+        beam_size: int | None = 4,
+        alpha: float = 0.6,
+        max_extra_length: int = 50,
+        batch_size: int = 32,
+    ) -> list[str]:
+        """Translates sentences, in batches of similar length.
+
+        Args:
+            texts: a list of strings (or one string).
+            beam_size, alpha, max_extra_length: see `generate`.
+            batch_size: sentences decoded together (beams multiply this).
+
+        Returns:
+            The translations, in the order of `texts` (a string for a string).
+        """
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
+        if self.preprocessor is None:
+            raise ValueError("translate() needs a model with a preprocessor; use generate() with token ids.")
+        lengths = [len(ids) for ids in self._tokenize(texts)] if texts else []
+        order = np.argsort(lengths, kind="stable")
+        results = [""] * len(texts)
+        for start in range(0, len(texts), batch_size):
+            chunk = [int(i) for i in order[start : start + batch_size]]
+            outputs = self.generate(
+                [texts[i] for i in chunk],
+                beam_size=beam_size,
+                alpha=alpha,
+                max_extra_length=max_extra_length,
+            )
+            for i, text in zip(chunk, outputs):
+                results[i] = text
+        return results[0] if single else results
+
+
+def _to_list(x):
+    """A tensor, ragged tensor or array as nested Python lists."""
+    if hasattr(x, "to_list"):
+        return x.to_list()
+    if hasattr(x, "numpy"):
+        x = x.numpy()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    return list(x)

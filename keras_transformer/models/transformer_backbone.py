@@ -1,0 +1,255 @@
+"""The encoder-decoder network of section 3, as a KerasHub `Backbone`."""
+
+import keras
+import keras_hub
+from keras import ops
+
+from keras_transformer.layers import (
+    DecoderBlock,
+    EncoderBlock,
+    ScaledSharedEmbedding,
+    SinusoidalPositionEncoding,
+)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TransformerBackbone(keras_hub.models.Backbone):
+    """The Transformer encoder and decoder stacks (Vaswani et al. 2017, 3.1).
+
+    Source and target tokens go through one shared, scaled embedding (3.4)
+    plus sinusoidal positions (3.5) and dropout (5.4), then N encoder layers and
+    N decoder layers. The outputs are the final hidden states of both stacks;
+    the task model `Transformer` turns decoder states into logits with the
+    transposed embedding matrix.
+
+    Table 3's configurations, in this class's names:
+
+    | paper   | argument            | base | big  |
+    | ------- | ------------------- | ---- | ---- |
+    | N       | num_encoder_layers, num_decoder_layers | 6 | 6 |
+    | d_model | hidden_dim          | 512  | 1024 |
+    | d_ff    | intermediate_dim    | 2048 | 4096 |
+    | h       | num_heads           | 8    | 16   |
+    | P_drop  | dropout             | 0.1  | 0.3  |
+
+    Args:
+        vocabulary_size: size of the shared source/target subword vocabulary.
+        num_encoder_layers: N for the encoder.
+        num_decoder_layers: N for the decoder.
+        num_heads: h, the number of attention heads; d_k = hidden_dim / h.
+        hidden_dim: d_model.
+        intermediate_dim: d_ff, the inner size of the feed-forward network.
+        dropout: P_drop, on every sublayer output and on the embedding sums.
+        max_sequence_length: the longest source (and target) in tokens that the
+            model accepts; sinusoids have no limit, but the preprocessor, the
+            translation buckets and the checks on input length use this bound.
+        normalize_first: `False` (default) is the paper's Post-LN; `True` is
+            Pre-LN, which adds a final LayerNorm to each stack.
+        layer_norm_epsilon: epsilon of every LayerNorm.
+        dtype: the variable/compute dtype or a `keras.DTypePolicy`.
+
+    Example:
+    >>> import numpy as np
+    >>> backbone = TransformerBackbone(
+    ...     vocabulary_size=100, num_encoder_layers=1, num_decoder_layers=1,
+    ...     num_heads=2, hidden_dim=8, intermediate_dim=16)
+    >>> out = backbone({
+    ...     "encoder_token_ids": np.array([[2, 5, 6, 3]]),
+    ...     "encoder_padding_mask": np.array([[1, 1, 1, 1]]),
+    ...     "decoder_token_ids": np.array([[2, 7, 8]]),
+    ...     "decoder_padding_mask": np.array([[1, 1, 1]]),
+    ... })
+    >>> tuple(out["decoder_sequence_output"].shape)
+    (1, 3, 8)
+    """
+
+    def __init__(
+        self,
+        vocabulary_size: int,
+        num_encoder_layers: int,
+        num_decoder_layers: int,
+        num_heads: int,
+        hidden_dim: int,
+        intermediate_dim: int,
+        dropout: float = 0.1,
+        max_sequence_length: int = 1024,
+        normalize_first: bool = False,
+        layer_norm_epsilon: float = 1e-6,
+        dtype=None,
+        **kwargs,
+    ):
+        if hidden_dim % num_heads:
+            raise ValueError(
+                f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
+                f"({num_heads}): d_k = d_model / h must be a whole number."
+            )
+        # === Layers ===
+        self.token_embedding = ScaledSharedEmbedding(
+            vocabulary_size, hidden_dim, dtype=dtype, name="token_embedding"
+        )
+        self.position_encoding = SinusoidalPositionEncoding(
+            dtype=dtype, name="position_encoding"
+        )
+        self.encoder_embedding_dropout = keras.layers.Dropout(
+            dropout, dtype=dtype, name="encoder_embedding_dropout"
+        )
+        self.decoder_embedding_dropout = keras.layers.Dropout(
+            dropout, dtype=dtype, name="decoder_embedding_dropout"
+        )
+        block_kwargs = dict(
+            intermediate_dim=intermediate_dim,
+            num_heads=num_heads,
+            dropout=dropout,
+            normalize_first=normalize_first,
+            layer_norm_epsilon=layer_norm_epsilon,
+            dtype=dtype,
+        )
+        self.encoder_blocks = [
+            EncoderBlock(name=f"encoder_block_{i}", **block_kwargs)
+            for i in range(num_encoder_layers)
+        ]
+        self.decoder_blocks = [
+            DecoderBlock(name=f"decoder_block_{i}", **block_kwargs)
+            for i in range(num_decoder_layers)
+        ]
+        # Pre-LN leaves the last residual sum unnormalised; Post-LN does not.
+        self.encoder_final_norm = self.decoder_final_norm = None
+        if normalize_first:
+            self.encoder_final_norm = keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=dtype, name="encoder_final_norm"
+            )
+            self.decoder_final_norm = keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=dtype, name="decoder_final_norm"
+            )
+
+        # === Functional model ===
+        encoder_token_ids = keras.Input((None,), dtype="int32", name="encoder_token_ids")
+        encoder_padding_mask = keras.Input((None,), dtype="int32", name="encoder_padding_mask")
+        decoder_token_ids = keras.Input((None,), dtype="int32", name="decoder_token_ids")
+        decoder_padding_mask = keras.Input((None,), dtype="int32", name="decoder_padding_mask")
+
+        encoder_output = self.encode(encoder_token_ids, encoder_padding_mask)
+        x = self.embed(decoder_token_ids, self.decoder_embedding_dropout)
+        for block in self.decoder_blocks:
+            x = block(
+                x,
+                encoder_output,
+                decoder_padding_mask=decoder_padding_mask,
+                encoder_padding_mask=encoder_padding_mask,
+            )
+        if self.decoder_final_norm is not None:
+            x = self.decoder_final_norm(x)
+        super().__init__(
+            inputs={
+                "encoder_token_ids": encoder_token_ids,
+                "encoder_padding_mask": encoder_padding_mask,
+                "decoder_token_ids": decoder_token_ids,
+                "decoder_padding_mask": decoder_padding_mask,
+            },
+            outputs={
+                "encoder_sequence_output": encoder_output,
+                "decoder_sequence_output": x,
+            },
+            dtype=dtype,
+            **kwargs,
+        )
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        self.num_encoder_layers = num_encoder_layers
+        self.num_decoder_layers = num_decoder_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.max_sequence_length = max_sequence_length
+        self.normalize_first = normalize_first
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+    def embed(self, token_ids, dropout_layer, start_index=0, training=None):
+        """`Dropout(E[ids] * sqrt(d_model) + PE)` for positions from `start_index`."""
+        tokens = self.token_embedding(token_ids)
+        positions = self.position_encoding(tokens, start_index=start_index)
+        return dropout_layer(tokens + positions, training=training)
+
+    def encode(self, token_ids, padding_mask, training=None):
+        """The encoder stack: source token ids to the memory the decoder attends to."""
+        x = self.embed(token_ids, self.encoder_embedding_dropout, training=training)
+        for block in self.encoder_blocks:
+            x = block(x, padding_mask=padding_mask, training=training)
+        if self.encoder_final_norm is not None:
+            x = self.encoder_final_norm(x)
+        return x
+
+    def decode_step(
+        self,
+        token_ids,
+        index,
+        encoder_output,
+        encoder_padding_mask,
+        self_attention_cache,
+        cross_attention_cache,
+        fill_cross_attention_cache: bool = False,
+    ):
+        """Decodes the tokens at position `index` with cached keys and values.
+
+        Args:
+            token_ids: `(batch, 1)` int tensor, the tokens at position `index`.
+            index: scalar int, their position in the target sequence.
+            encoder_output: `(batch, source_length, hidden_dim)`.
+            encoder_padding_mask: `(batch, source_length)`.
+            self_attention_cache: `(batch, num_decoder_layers, 2, max_length,
+                num_heads, head_dim)`: keys and values of earlier positions.
+            cross_attention_cache: `(batch, num_decoder_layers, 2,
+                source_length, num_heads, head_dim)`: keys and values of the
+                encoder output.
+            fill_cross_attention_cache: compute `cross_attention_cache` from
+                `encoder_output` (on the first step only: recomputing it at
+                every step would silently cost most of the decoding time).
+
+        Returns:
+            `(logits, self_attention_cache, cross_attention_cache)`, logits
+            shaped `(batch, 1, vocabulary_size)`.
+        """
+        x = self.embed(token_ids, self.decoder_embedding_dropout, start_index=index)
+        self_caches, cross_caches = [], []
+        for i, block in enumerate(self.decoder_blocks):
+            x, self_cache, cross_cache = block(
+                x,
+                encoder_output,
+                encoder_padding_mask=encoder_padding_mask,
+                self_attention_cache=self_attention_cache[:, i, ...],
+                self_attention_cache_update_index=index,
+                cross_attention_cache=cross_attention_cache[:, i, ...],
+                cross_attention_cache_update_index=0 if fill_cross_attention_cache else None,
+            )
+            self_caches.append(self_cache)
+            cross_caches.append(cross_cache)
+        if self.decoder_final_norm is not None:
+            x = self.decoder_final_norm(x)
+        logits = self.token_embedding(x, reverse=True)
+        return logits, ops.stack(self_caches, axis=1), ops.stack(cross_caches, axis=1)
+
+    def empty_cache(self, batch_size, length):
+        """Zeros shaped like `decode_step`'s caches, for `length` positions."""
+        head_dim = self.hidden_dim // self.num_heads
+        shape = (batch_size, self.num_decoder_layers, 2, length, self.num_heads, head_dim)
+        return ops.zeros(shape, dtype=self.compute_dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "num_encoder_layers": self.num_encoder_layers,
+                "num_decoder_layers": self.num_decoder_layers,
+                "num_heads": self.num_heads,
+                "hidden_dim": self.hidden_dim,
+                "intermediate_dim": self.intermediate_dim,
+                "dropout": self.dropout,
+                "max_sequence_length": self.max_sequence_length,
+                "normalize_first": self.normalize_first,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
+        return config

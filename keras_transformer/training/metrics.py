@@ -1,0 +1,33 @@
+"""Token accuracy that ignores padding."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MaskedAccuracy(keras.metrics.SparseCategoricalAccuracy):
+    """The share of real (non-padding) target tokens predicted right.
+
+    Like `keras.metrics.SparseCategoricalAccuracy`, but labels equal to
+    `pad_token_id` get weight 0 even when no `sample_weight` is passed.
+
+    Example:
+    >>> import numpy as np
+    >>> metric = MaskedAccuracy()
+    >>> metric.update_state(np.array([[1, 2, 0, 0]]), np.eye(3)[[[1, 1, 2, 2]]])
+    >>> float(metric.result())
+    0.5
+    """
+
+    def __init__(self, pad_token_id: int = 0, name: str = "accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_token_id = pad_token_id
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        weight = ops.cast(ops.not_equal(y_true, self.pad_token_id), self.dtype)
+        if sample_weight is not None:
+            weight = weight * ops.cast(sample_weight, self.dtype)
+        return super().update_state(y_true, y_pred, sample_weight=weight)
+
+    def get_config(self):
+        return {**super().get_config(), "pad_token_id": self.pad_token_id}
