@@ -1,0 +1,122 @@
+"""Translate a test set with beam search and report sacreBLEU.
+
+Prints BLEU and chrF on cased, detokenized text with sacreBLEU's signatures
+and, with --lowercase-tokenized or --ref-tok, BLEU on lower-cased,
+Moses-tokenized text (the form of most published Multi30k results).
+
+Example:
+    keras-transformer evaluate presets/my_ende --src test_2016_flickr.en.gz \\
+        --ref test_2016_flickr.de.gz --ref-tok test_2016_flickr.lc.norm.tok.de.gz \\
+        --output hyps.de --json scores.json
+"""
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from keras_transformer.cli import UserError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("preset", help="a preset name, a preset directory, or an hf:// handle")
+    parser.add_argument("--src", required=True, help="source sentences, one a line (plain or .gz)")
+    parser.add_argument("--ref", required=True, help="cased, detokenized references, line-aligned with --src")
+    parser.add_argument(
+        "--ref-tok",
+        help="lower-cased, Moses-tokenized references (e.g. Multi30k's *.lc.norm.tok.de) to use "
+        "instead of tokenizing --ref; implies --lowercase-tokenized",
+    )
+    parser.add_argument(
+        "--lowercase-tokenized",
+        action="store_true",
+        help="also report BLEU on lower-cased, Moses-tokenized text",
+    )
+    parser.add_argument(
+        "--target-language",
+        help="language code of the references, for Moses' rules (default: from --ref's "
+        "suffix, e.g. 'de' for test.de or test.de.gz)",
+    )
+    parser.add_argument("--beam-size", type=int, default=4, help="beams per sentence (default 4, the paper's)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent (default 0.6)")
+    parser.add_argument(
+        "--max-extra-length", type=int, default=50, help="at most source length + this many tokens (default 50)"
+    )
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default 32)")
+    parser.add_argument("--output", help="write the translations here, one a line")
+    parser.add_argument("--json", help="write the scores and settings here as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from keras_transformer import Transformer
+    from keras_transformer.data import read_lines
+    from keras_transformer.evaluation import evaluate_model
+
+    if args.beam_size < 1:
+        raise UserError(f"--beam-size must be at least 1; got {args.beam_size}.")
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1; got {args.batch_size}.")
+    sources = list(read_lines(args.src))
+    references = list(read_lines(args.ref))
+    if len(sources) != len(references):
+        raise UserError(
+            f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}: "
+            "source and reference files must be line-aligned."
+        )
+    tokenized_references = None
+    if args.ref_tok:
+        tokenized_references = list(read_lines(args.ref_tok))
+        if len(tokenized_references) != len(sources):
+            raise UserError(
+                f"{args.src} has {len(sources)} lines but {args.ref_tok} has "
+                f"{len(tokenized_references)}: they must be line-aligned."
+            )
+    lowercase_tokenized = args.lowercase_tokenized or tokenized_references is not None
+    target_language = args.target_language or _language_from_suffix(args.ref)
+    if target_language is None:
+        if lowercase_tokenized:
+            raise UserError(
+                f"Cannot tell the target language from {args.ref}'s name: pass --target-language."
+            )
+        target_language = "en"  # unused: only the Moses tokenizer needs a language.
+
+    model = Transformer.from_preset(args.preset)
+    translations, result = evaluate_model(
+        model,
+        sources,
+        references,
+        beam_size=args.beam_size,
+        alpha=args.alpha,
+        max_extra_length=args.max_extra_length,
+        batch_size=args.batch_size,
+        lowercase_tokenized=lowercase_tokenized,
+        target_language=target_language,
+        tokenized_references=tokenized_references,
+        verbose=0 if args.quiet else 1,
+    )
+    print(result)
+    if args.output:
+        Path(args.output).write_text("".join(t + "\n" for t in translations), encoding="utf-8")
+    if args.json:
+        report = {
+            **result.to_dict(),
+            "preset": str(args.preset),
+            "src": str(args.src),
+            "ref": str(args.ref),
+            "ref_tok": args.ref_tok,
+            "beam_size": args.beam_size,
+            "alpha": args.alpha,
+            "max_extra_length": args.max_extra_length,
+            "target_language": target_language,
+        }
+        Path(args.json).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return 0
+
+
+def _language_from_suffix(path: str) -> str | None:
+    """'de' for 'test.de', 'test.de.gz' or 'test.lc.norm.tok.de.gz'; otherwise None."""
+    match = re.search(r"\.([a-z]{2,3})(\.gz)?$", str(path))
+    if match is None or match.group(1) in {"txt", "tsv", "gz"}:
+        return None
+    return match.group(1)
