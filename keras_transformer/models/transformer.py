@@ -7,6 +7,7 @@ import keras_hub
 import numpy as np
 from keras import ops
 
+from keras_transformer import preset_utils
 from keras_transformer.models import search
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.models.transformer_preprocessor import TransformerPreprocessor
@@ -122,6 +123,42 @@ class Transformer(keras_hub.models.Seq2SeqLM):
             **kwargs,
         )
         self._search_functions = {}
+
+    @classmethod
+    def from_preset(cls, preset, load_weights: bool = True, **kwargs):
+        """Loads a preset: a registered name, an `hf://org/name` handle or a folder.
+
+        Hub presets are read from huggingface_hub's cache first. Every file is
+        checked against the SHA-256 recorded when it was saved, and configs
+        may only name Keras, KerasHub and keras-transformer classes, before
+        anything is built (see `keras_transformer.preset_utils`). With
+        `load_weights=False`, a paper preset (`"base_en_de"`, ...) builds
+        offline from this package's copy of its config; without its
+        vocabulary it has no preprocessor (with a warning).
+
+        Args:
+            preset: see `keras_transformer.preset_utils.available_presets()`.
+            load_weights: load the saved weights, or initialise randomly.
+            **kwargs: passed to KerasHub, e.g. `dtype="float16"`; weights
+                saved in float16 load as float32 unless `dtype` is given.
+        """
+        directory, architecture_only = preset_utils.resolve_preset(preset, load_weights)
+        if architecture_only:
+            kwargs["preprocessor"] = None
+        model = super().from_preset(str(directory), load_weights=False, **kwargs)
+        if load_weights:
+            preset_utils.load_preset_weights(model.backbone, directory)
+        return model
+
+    def save_to_preset(self, preset_dir, max_shard_size=10, *, weights_dtype=None, model_card=None):
+        """Saves a preset atomically, with checksums and a model card.
+
+        See `keras_transformer.preset_utils.save_preset`; `weights_dtype=
+        "float16"` halves the weights file.
+        """
+        preset_utils.save_preset(
+            self, preset_dir, max_shard_size, weights_dtype=weights_dtype, model_card=model_card
+        )
 
     @property
     def _pad_token_id(self) -> int:
