@@ -24,11 +24,18 @@ def length_penalty(length, alpha: float):
 
 
 def _forced_end(log_probs, force, end_token_id):
-    """Where `force` is true, every token but the end token gets -inf."""
+    """Where `force` is true, every token but the end token gets -inf (the end
+    token keeps its own score, so forced endings are ranked fairly)."""
     vocab = ops.shape(log_probs)[-1]
-    only_end = ops.where(ops.arange(vocab) == end_token_id, 0.0, NEG_INF)
+    not_end = ops.arange(vocab) != end_token_id
     force = ops.reshape(force, ops.shape(force) + (1,) * (len(ops.shape(log_probs)) - len(ops.shape(force))))
-    return ops.where(force, only_end, log_probs)
+    return ops.where(ops.logical_and(force, not_end), NEG_INF, log_probs)
+
+
+def _never_generated(log_probs, start_token_id, pad_token_id):
+    """The start and padding tokens are inputs only: never emit them."""
+    vocab = ops.arange(ops.shape(log_probs)[-1])
+    return ops.where((vocab == pad_token_id) | (vocab == start_token_id), NEG_INF, log_probs)
 
 
 def _gather_rows(x, indices):
@@ -68,6 +75,7 @@ def greedy_search(
     tokens = ops.slice_update(tokens, (0, 0), ops.full((batch, 1), start_token_id, "int32"))
 
     def choose(log_probs, index, done):
+        log_probs = _never_generated(log_probs, start_token_id, pad_token_id)
         log_probs = _forced_end(log_probs, index >= max_lengths, end_token_id)
         token = ops.cast(ops.argmax(log_probs, axis=-1), "int32")
         return ops.where(done, pad_token_id, token)
@@ -105,10 +113,9 @@ def beam_search(
     end_token_id: int,
     pad_token_id: int,
 ):
-    """Beam search as in section 6.1 (and tensor2tensor): keeps `beam_size`
-    live hypotheses and a pool of the `beam_size` best finished ones, scored
-    by log P(Y) / lp(Y), and stops as soon as no live hypothesis can beat the
-    best finished one.
+    """Beam search as in section 6.1: keeps `beam_size` live hypotheses and a
+    pool of the `beam_size` best finished ones, scored by log P(Y) / lp(Y),
+    and stops as soon as no live hypothesis can beat the best finished one.
 
     Args:
         step_fn: see the module docstring; it is called on `batch * beam_size`
@@ -149,16 +156,18 @@ def beam_search(
     def advance(index, log_probs, alive_tokens, alive_scores, finished_tokens, finished_scores):
         """Extends every live beam by every token; returns the new state and
         which old beam each new live beam came from."""
+        log_probs = _never_generated(log_probs, start_token_id, pad_token_id)
         log_probs = _forced_end(log_probs, index >= max_lengths, end_token_id)
-        not_generated = (ops.arange(vocab) == pad_token_id) | (ops.arange(vocab) == start_token_id)
-        log_probs = ops.where(not_generated, NEG_INF, log_probs)
         scores = ops.reshape(alive_scores[:, :, None] + log_probs, (batch, k * vocab))
         # 2k candidates always hold k that do not end here.
         top_scores, top_ids = ops.top_k(scores, 2 * k)
         origin, token = top_ids // vocab, ops.cast(top_ids % vocab, "int32")
         tokens = _gather_rows(alive_tokens, origin)
         tokens = ops.where(positions == index, token[:, :, None], tokens)
-        ends = token == end_token_id
+        # As in fairseq, only an ending among the k best candidates is
+        # finished: one ranked lower would not have survived in a beam of k.
+        # (tensor2tensor finishes all 2k; then beam 1 is no longer greedy.)
+        ends = (token == end_token_id) & (ops.arange(2 * k)[None, :] < k)
 
         # Finished pool: the best k of the old pool and the hypotheses ending now.
         ended_scores = ops.where(ends, top_scores / length_penalty(index, alpha), NEG_INF)
@@ -167,8 +176,8 @@ def beam_search(
         finished_scores, best = ops.top_k(pool_scores, k)
         finished_tokens = _gather_rows(pool_tokens, best)
 
-        # Live beams: the best k that did not end.
-        alive_scores, best = ops.top_k(ops.where(ends, NEG_INF, top_scores), k)
+        # Live beams: the best k that do not end here.
+        alive_scores, best = ops.top_k(ops.where(token == end_token_id, NEG_INF, top_scores), k)
         alive_tokens = _gather_rows(tokens, best)
         origin = ops.take_along_axis(origin, best, axis=1)
         return alive_tokens, alive_scores, finished_tokens, finished_scores, origin

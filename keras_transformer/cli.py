@@ -1,0 +1,69 @@
+"""The `keras-transformer` command: translate, train, average, evaluate, upload.
+
+Each subcommand lives in `keras_transformer/commands/<name>.py` with two
+functions: `add_arguments(parser)` and `run(args) -> int`. User mistakes are
+reported on stderr as one sentence, without a traceback: exit code 1 for a
+failure, 2 for wrong usage (argparse's own convention), 0 for success.
+"""
+
+import argparse
+import importlib
+import os
+import sys
+
+COMMANDS = {
+    "translate": "Translate sentences with a preset.",
+    "train": "Train a model on parallel text.",
+    "average": "Average the last checkpoints of a run into a preset.",
+    "evaluate": "Translate a test set and report sacreBLEU.",
+    "upload": "Upload a preset directory to the Hugging Face Hub.",
+}
+
+
+class UserError(Exception):
+    """A mistake the user can fix; printed as one sentence, exit code 1."""
+
+
+def _available_commands() -> dict:
+    """The subcommands whose module exists (others are still being written)."""
+    found = {}
+    for name, help_text in COMMANDS.items():
+        try:
+            found[name] = (importlib.import_module(f"keras_transformer.commands.{name}"), help_text)
+        except ModuleNotFoundError as error:
+            if error.name != f"keras_transformer.commands.{name}":
+                raise
+    return found
+
+
+def build_parser(commands: dict) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="keras-transformer",
+        description="The Transformer of 'Attention Is All You Need' on Keras 3.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_text) in commands.items():
+        sub = subparsers.add_parser(name, help=help_text, description=module.__doc__)
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    parser = build_parser(_available_commands())
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except (UserError, FileNotFoundError, ValueError, TypeError, OSError) as error:
+        if os.environ.get("KERAS_TRANSFORMER_DEBUG"):
+            raise
+        print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"keras-transformer {args.command}: interrupted.", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

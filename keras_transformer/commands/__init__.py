@@ -1,0 +1,1 @@
+"""Subcommands of the `keras-transformer` command line (see `keras_transformer.cli`)."""

@@ -1,0 +1,83 @@
+"""Shared fixtures: a tiny vocabulary and tiny models built from it."""
+
+import os
+from pathlib import Path
+
+import keras
+import pytest
+
+# Seed before any tokenizer exists: tf.random.set_seed clears TF's eager
+# resources, which breaks a SentencePiece op created earlier.
+keras.utils.set_random_seed(1234)
+
+import keras_transformer as kt  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+PAIRS = [
+    ("a dog runs .", "ein hund rennt ."),
+    ("a cat sleeps .", "eine katze schläft ."),
+    ("two dogs play .", "zwei hunde spielen ."),
+    ("a man walks .", "ein mann geht ."),
+    ("a woman sings .", "eine frau singt ."),
+    ("two cats play .", "zwei katzen spielen ."),
+]
+
+TINY_CONFIG = dict(
+    num_encoder_layers=2,
+    num_decoder_layers=2,
+    num_heads=2,
+    hidden_dim=16,
+    intermediate_dim=32,
+    dropout=0.0,
+    max_sequence_length=64,
+)
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """Where the shared corpora live: $KERAS_TRANSFORMER_DATA or ../shared/data."""
+    return Path(os.environ.get("KERAS_TRANSFORMER_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def multi30k(data_dir) -> Path:
+    path = data_dir / "multi30k"
+    if not (path / "raw" / "train.en.gz").exists():
+        pytest.skip(f"Multi30k not found at {path}: set KERAS_TRANSFORMER_DATA to the folder holding multi30k/")
+    return path
+
+
+@pytest.fixture(scope="session")
+def pairs() -> list[tuple[str, str]]:
+    return list(PAIRS)
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> kt.TransformerTokenizer:
+    return kt.train_tokenizer([s for p in PAIRS for s in p] * 10, vocabulary_size=64)
+
+
+def make_model(tokenizer, sequence_length: int = 16, **overrides) -> kt.Transformer:
+    """A tiny Transformer with a preprocessor."""
+    config = {**TINY_CONFIG, **overrides}
+    backbone = kt.TransformerBackbone(vocabulary_size=tokenizer.vocabulary_size(), **config)
+    preprocessor = kt.TransformerPreprocessor(tokenizer, sequence_length, sequence_length)
+    return kt.Transformer(backbone=backbone, preprocessor=preprocessor)
+
+
+@pytest.fixture
+def tiny_model(tokenizer) -> kt.Transformer:
+    keras.utils.set_random_seed(7)
+    return make_model(tokenizer)
+
+
+@pytest.fixture(scope="session")
+def trained_model(tokenizer) -> kt.Transformer:
+    """A tiny model that has memorised PAIRS (greedy translation reproduces them)."""
+    keras.utils.set_random_seed(3)
+    model = make_model(tokenizer)
+    model.compile(optimizer=keras.optimizers.Adam(0.01), label_smoothing=0.0)
+    x = {"encoder_text": [p[0] for p in PAIRS], "decoder_text": [p[1] for p in PAIRS]}
+    model.fit(x, batch_size=len(PAIRS), epochs=120, verbose=0)
+    return model

@@ -1,0 +1,106 @@
+import numpy as np
+import pytest
+from keras import ops
+
+import keras_transformer as kt
+from conftest import TINY_CONFIG
+
+BASE = dict(num_encoder_layers=6, num_decoder_layers=6, num_heads=8, hidden_dim=512, intermediate_dim=2048)
+BIG = dict(num_encoder_layers=6, num_decoder_layers=6, num_heads=16, hidden_dim=1024, intermediate_dim=4096)
+
+
+def expected_parameters(vocabulary_size, num_encoder_layers, num_decoder_layers, hidden_dim, intermediate_dim, **_):
+    """Section 3 by formula: one tied embedding, attention with biases, FFN, LayerNorms."""
+    d, f = hidden_dim, intermediate_dim
+    attention = 4 * (d * d + d)  # W^Q, W^K, W^V, W^O with biases
+    ffn = d * f + f + f * d + d
+    norm = 2 * d
+    encoder_layer = attention + ffn + 2 * norm
+    decoder_layer = 2 * attention + ffn + 3 * norm
+    return vocabulary_size * d + num_encoder_layers * encoder_layer + num_decoder_layers * decoder_layer
+
+
+@pytest.mark.parametrize("config, paper, tolerance", [(BASE, 65e6, 0.04), (BIG, 213e6, 0.02)])
+def test_table_3_parameter_counts(config, paper, tolerance):
+    backbone = kt.TransformerBackbone(vocabulary_size=37000, **config)
+    count = backbone.count_params()
+    assert count == expected_parameters(37000, **config)
+    assert abs(count - paper) / paper < tolerance
+
+
+def tiny_backbone(**overrides):
+    return kt.TransformerBackbone(vocabulary_size=50, **{**TINY_CONFIG, **overrides})
+
+
+def batch(source, target, source_mask=None):
+    source, target = np.array(source), np.array(target)
+    return {
+        "encoder_token_ids": source,
+        "encoder_padding_mask": np.ones_like(source) if source_mask is None else np.array(source_mask),
+        "decoder_token_ids": target,
+        "decoder_padding_mask": np.ones_like(target),
+    }
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_future_target_tokens_do_not_change_earlier_outputs(normalize_first):
+    backbone = tiny_backbone(normalize_first=normalize_first)
+    source = [[2, 10, 11, 12, 3]]
+    out = backbone(batch(source, [[2, 20, 21, 22, 23]]))["decoder_sequence_output"]
+    changed = backbone(batch(source, [[2, 20, 21, 40, 41]]))["decoder_sequence_output"]
+    out, changed = ops.convert_to_numpy(out), ops.convert_to_numpy(changed)
+    np.testing.assert_allclose(out[:, :3], changed[:, :3], atol=1e-5)
+    assert np.abs(out[:, 3:] - changed[:, 3:]).max() > 1e-3
+
+
+def test_extra_source_padding_does_not_change_outputs():
+    backbone = tiny_backbone()
+    target = [[2, 20, 21]]
+    short = backbone(batch([[2, 10, 11, 3]], target))
+    padded = backbone(batch([[2, 10, 11, 3, 0, 0, 0]], target, [[1, 1, 1, 1, 0, 0, 0]]))
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(short["decoder_sequence_output"]),
+        ops.convert_to_numpy(padded["decoder_sequence_output"]),
+        atol=1e-5,
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(short["encoder_sequence_output"]),
+        ops.convert_to_numpy(padded["encoder_sequence_output"])[:, :4],
+        atol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_cached_decoding_equals_full_recomputation(normalize_first):
+    backbone = tiny_backbone(normalize_first=normalize_first)
+    inputs = batch([[2, 10, 11, 12, 3, 0]], [[2, 20, 21, 22, 23]], [[1, 1, 1, 1, 1, 0]])
+    hidden = backbone(inputs)["decoder_sequence_output"]
+    full_logits = ops.convert_to_numpy(backbone.token_embedding(hidden, reverse=True))
+
+    encoder_output = backbone.encode(inputs["encoder_token_ids"], inputs["encoder_padding_mask"])
+    target = inputs["decoder_token_ids"]
+    self_cache = backbone.empty_cache(1, target.shape[1])
+    cross_cache = backbone.empty_cache(1, 6)
+    for index in range(target.shape[1]):
+        logits, self_cache, cross_cache = backbone.decode_step(
+            target[:, index : index + 1],
+            index,
+            encoder_output,
+            inputs["encoder_padding_mask"],
+            self_cache,
+            cross_cache,
+            fill_cross_attention_cache=index == 0,
+        )
+        np.testing.assert_allclose(ops.convert_to_numpy(logits)[:, 0], full_logits[:, index], atol=1e-4)
+
+
+def test_hidden_dim_must_divide_into_heads():
+    with pytest.raises(ValueError, match="divisible by num_heads"):
+        tiny_backbone(hidden_dim=10, num_heads=4)
+
+
+def test_backbone_config_round_trip():
+    backbone = tiny_backbone(normalize_first=True, dropout=0.2)
+    restored = kt.TransformerBackbone.from_config(backbone.get_config())
+    assert restored.get_config() == backbone.get_config()
+    assert restored.count_params() == backbone.count_params()
