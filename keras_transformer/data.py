@@ -1,8 +1,39 @@
-"""Reading parallel text."""
+"""Reading parallel text and batching it by tokens for training.
 
+The pieces, from files to model-ready batches:
+
+- `read_parallel(source, target)` reads two line-aligned files (plain or
+  `.gz`), or one TSV file, and checks them: mismatched line counts, empty lines
+  and bytes that are not UTF-8 raise a `ValueError` naming the file and line,
+  or, with `skip_bad=True`, are skipped and counted in `ReadReport`.
+- `tokenize_pairs(sources, targets, tokenizer, max_length)` tokenizes both
+  sides with the shared `TransformerTokenizer` in a `tf.data` pipeline and
+  drops (and counts) pairs too long for the model, never cutting them.
+- `token_batches(pairs, tokens_per_batch)` is the `tf.data` pipeline of
+  section 5.1: pairs grouped by length into buckets, batches of about
+  `tokens_per_batch` source and as many target tokens, shuffled, repeated and
+  prefetched, as `(x, y, sample_weight)` laid out like
+  `TransformerPreprocessor`'s output.
+
+Example:
+>>> import keras_transformer as kt
+>>> tokenizer = kt.train_tokenizer(["a dog runs .", "ein hund rennt ."] * 20, 40)
+>>> pairs = tokenize_pairs(["a dog runs ."] * 8, ["ein hund rennt ."] * 8, tokenizer)
+>>> x, y, w = next(iter(token_batches(pairs, tokens_per_batch=64, bucket_width=8)))
+>>> tuple(x["encoder_token_ids"].shape)
+(8, 8)
+"""
+
+import dataclasses
 import gzip
 import os
+import warnings
 from collections.abc import Iterator
+
+import numpy as np
+import tensorflow as tf
+
+START_ID, END_ID, PAD_ID = 2, 3, 0
 
 
 def read_lines(path: str | os.PathLike) -> Iterator[str]:
@@ -11,13 +42,315 @@ def read_lines(path: str | os.PathLike) -> Iterator[str]:
     Raises:
         ValueError: naming the file and line of bytes that are not UTF-8.
     """
+    for number, raw in enumerate(_raw_lines(path), start=1):
+        try:
+            yield raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as error:
+            raise ValueError(_decode_message(path, number, error)) from None
+
+
+def _raw_lines(path) -> Iterator[bytes]:
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                yield raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as error:
+        yield from f
+
+
+def _decode_message(path, number, error) -> str:
+    return (
+        f"{path}, line {number}: not valid UTF-8 ({error.reason} at byte "
+        f"{error.start}). Re-encode the file as UTF-8."
+    )
+
+
+@dataclasses.dataclass
+class ReadReport:
+    """What `read_parallel` kept and skipped."""
+
+    pairs: int = 0
+    empty: int = 0
+    undecodable: int = 0
+    unpaired: int = 0
+
+    @property
+    def skipped(self) -> int:
+        return self.empty + self.undecodable + self.unpaired
+
+    def __str__(self) -> str:
+        return (
+            f"{self.pairs} pairs read; skipped {self.empty} with an empty side, "
+            f"{self.undecodable} not valid UTF-8, {self.unpaired} lines without a partner"
+        )
+
+
+def read_parallel(
+    source: str | os.PathLike,
+    target: str | os.PathLike | None = None,
+    *,
+    skip_bad: bool = False,
+) -> tuple[list[str], list[str], ReadReport]:
+    """Reads sentence pairs from two line-aligned files or one TSV file.
+
+    Args:
+        source: the source-language file, one sentence a line (plain or
+            `.gz`); or, with `target=None`, a TSV file of `source<TAB>target`
+            lines.
+        target: the target-language file, line-aligned with `source`.
+        skip_bad: `False` raises on the first bad line; `True` skips empty
+            pairs, undecodable lines and lines past the end of the shorter
+            file, and counts them in the report.
+
+    Returns:
+        `(sources, targets, report)`.
+
+    Raises:
+        ValueError: naming the file and line of an empty sentence, bytes that
+            are not UTF-8, a TSV line without exactly one tab, or the line
+            where one file ends before the other (unless `skip_bad`).
+
+    Example:
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "a.tsv").write_text("a dog .\\tein hund .\\n\\tleer\\n")
+    >>> sources, targets, report = read_parallel(folder / "a.tsv", skip_bad=True)
+    >>> sources, report.empty
+    (['a dog .'], 1)
+    """
+    report = ReadReport()
+    sources, targets = [], []
+
+    def keep(number, pair, names):
+        for side, name in zip(pair, names):
+            if isinstance(side, UnicodeDecodeError):
+                if not skip_bad:
+                    raise ValueError(_decode_message(name, number, side))
+                report.undecodable += 1
+                return
+        for side, name in zip(pair, names):
+            if not side.strip():
+                if not skip_bad:
+                    raise ValueError(
+                        f"{name}, line {number}: empty sentence. Remove the pair, "
+                        "or pass skip_bad=True (--skip-bad) to skip and count such lines."
+                    )
+                report.empty += 1
+                return
+        sources.append(pair[0])
+        targets.append(pair[1])
+        report.pairs += 1
+
+    if target is None:
+        for number, line in enumerate(_decoded_lines(source), start=1):
+            if not isinstance(line, UnicodeDecodeError):
+                if line.count("\t") != 1:
+                    if not skip_bad:
+                        raise ValueError(
+                            f"{source}, line {number}: expected 'source<TAB>target' with "
+                            f"exactly one tab; found {line.count(chr(9))}."
+                        )
+                    report.unpaired += 1
+                    continue
+                line = tuple(line.split("\t"))
+            else:
+                line = (line, line)
+            keep(number, line, (source, source))
+        return sources, targets, report
+
+    source_lines, target_lines = _decoded_lines(source), _decoded_lines(target)
+    number = 0
+    for number, pair in enumerate(zip(source_lines, target_lines), start=1):
+        keep(number, pair, (source, target))
+    # zip stops at the shorter file; see whether the other one goes on.
+    for longer, shorter, rest in ((source, target, source_lines), (target, source, target_lines)):
+        extra = sum(1 for _ in rest)
+        if extra:
+            if not skip_bad:
                 raise ValueError(
-                    f"{path}, line {number}: not valid UTF-8 ({error.reason} at byte "
-                    f"{error.start}). Re-encode the file as UTF-8."
-                ) from None
+                    f"{shorter} has {number} lines but {longer} goes on at line "
+                    f"{number + 1} ({extra} more): the files are not line-aligned."
+                )
+            report.unpaired += extra
+    return sources, targets, report
+
+
+def _decoded_lines(path) -> Iterator[str | UnicodeDecodeError]:
+    """Lines as strings, or the decoding error in place of a bad line."""
+    for raw in _raw_lines(path):
+        try:
+            yield raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as error:
+            yield error
+
+
+@dataclasses.dataclass
+class TokenizedPairs:
+    """Token ids of sentence pairs (no special tokens) and what was dropped.
+
+    Attributes:
+        sources, targets: `tf.RaggedTensor`s of shape `(pairs, None)`.
+        max_length: the longest padded sequence allowed, special tokens
+            included.
+        dropped: pairs dropped because one side was longer than that.
+    """
+
+    sources: tf.RaggedTensor
+    targets: tf.RaggedTensor
+    max_length: int
+    dropped: int
+
+    def __len__(self) -> int:
+        return int(self.sources.nrows())
+
+    def num_tokens(self) -> tuple[int, int]:
+        """Source and target tokens, with `<s>`/`</s>` as the model sees them."""
+        return (
+            int(tf.size(self.sources.flat_values)) + 2 * len(self),
+            int(tf.size(self.targets.flat_values)) + len(self),
+        )
+
+
+def tokenize_pairs(
+    sources: list[str],
+    targets: list[str],
+    tokenizer,
+    max_length: int = 256,
+    *,
+    chunk_size: int = 4096,
+) -> TokenizedPairs:
+    """Tokenizes sentence pairs and drops, and counts, the too long ones.
+
+    A pair is kept when the source with `<s>` and `</s>` and the target with
+    one of them (decoder inputs and labels are shifted by one) both fit in
+    `max_length`. Cutting a sentence would teach the model to stop
+    translating early, so long pairs are dropped, with a warning that says how
+    many.
+
+    Args:
+        sources, targets: line-aligned sentences.
+        tokenizer: the shared `TransformerTokenizer`.
+        max_length: the longest sequence, special tokens included; at most the
+            backbone's `max_sequence_length`.
+        chunk_size: sentences tokenized together.
+
+    Returns:
+        A `TokenizedPairs`.
+    """
+    if len(sources) != len(targets):
+        raise ValueError(f"Got {len(sources)} source and {len(targets)} target sentences.")
+
+    def tokenize(texts):
+        if not texts:
+            return tf.ragged.constant([], dtype="int32", ragged_rank=1)
+        chunks = tf.data.Dataset.from_tensor_slices(texts).batch(chunk_size).map(
+            tokenizer, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
+        return tf.concat([tf.cast(c, "int32") for c in chunks], axis=0)
+
+    source_ids, target_ids = tokenize(list(sources)), tokenize(list(targets))
+    fits = tf.logical_and(
+        source_ids.row_lengths() + 2 <= max_length, target_ids.row_lengths() + 1 <= max_length
+    )
+    dropped = len(sources) - int(tf.reduce_sum(tf.cast(fits, "int32")))
+    if dropped:
+        warnings.warn(
+            f"Dropped {dropped} of {len(sources)} sentence pairs longer than "
+            f"{max_length} tokens (special tokens included).",
+            stacklevel=2,
+        )
+    return TokenizedPairs(
+        tf.ragged.boolean_mask(source_ids, fits),
+        tf.ragged.boolean_mask(target_ids, fits),
+        max_length,
+        dropped,
+    )
+
+
+def bucket_lengths(max_length: int, bucket_width: int) -> list[int]:
+    """The padded lengths of the buckets: multiples of `bucket_width`."""
+    return list(range(bucket_width, max_length + bucket_width, bucket_width))
+
+
+def token_batches(
+    pairs: TokenizedPairs,
+    tokens_per_batch: int,
+    *,
+    bucket_width: int = 8,
+    shuffle: bool = True,
+    repeat: bool = False,
+    seed: int | None = None,
+    shuffle_buffer: int = 100_000,
+) -> tf.data.Dataset:
+    """Batches of about `tokens_per_batch` source and target tokens each.
+
+    Section 5.1: "Sentence pairs were batched together by approximate sequence
+    length. Each training batch contained a set of sentence pairs containing
+    approximately 25000 source tokens and 25000 target tokens." Pairs go into
+    buckets by their longer side; a bucket padded to length `L` is batched
+    `tokens_per_batch // L` pairs at a time, so a batch holds at most
+    `tokens_per_batch` source and as many target positions, little of it
+    padding. Every batch is padded to its bucket's length (a multiple of
+    `bucket_width`), so there are only `max_length / bucket_width` sequence
+    shapes and compiled training steps are reused.
+
+    Args:
+        pairs: from `tokenize_pairs`.
+        tokens_per_batch: N, the source (and target) positions per batch.
+        bucket_width: the step between bucket lengths.
+        shuffle: shuffle pairs (and so batches) each pass.
+        repeat: repeat forever, for step-based training.
+        seed: shuffle seed.
+        shuffle_buffer: pairs in the shuffle buffer.
+
+    Returns:
+        A `tf.data.Dataset` of `(x, y, sample_weight)`: `x` has
+        `encoder_token_ids` (`<s> source </s>`), `encoder_padding_mask`,
+        `decoder_token_ids` (`<s> target`) and `decoder_padding_mask`; `y` is
+        `target </s>`; `sample_weight` is 1 on real target tokens, 0 on padding.
+    """
+    lengths = bucket_lengths(pairs.max_length, bucket_width)
+    if tokens_per_batch < lengths[-1]:
+        raise ValueError(
+            f"tokens_per_batch={tokens_per_batch} cannot hold even one pair of "
+            f"the longest bucket ({lengths[-1]} tokens); raise it or lower max_length."
+        )
+    dataset = tf.data.Dataset.from_tensor_slices((pairs.sources, pairs.targets))
+    if shuffle:
+        dataset = dataset.shuffle(min(len(pairs), shuffle_buffer) or 1, seed=seed)
+    if repeat:
+        dataset = dataset.repeat()
+
+    def pack(source, target):
+        start, end = tf.constant([START_ID]), tf.constant([END_ID])
+        return {
+            "encoder_token_ids": tf.concat([start, source, end], 0),
+            "decoder_token_ids": tf.concat([start, target], 0),
+            "labels": tf.concat([target, end], 0),
+        }
+
+    dataset = dataset.map(pack, num_parallel_calls=tf.data.AUTOTUNE)
+    # bucket_by_sequence_length puts length l in bucket i when
+    # boundaries[i-1] <= l < boundaries[i] and pads every sequence of the
+    # batch to boundaries[i] - 1, one of `lengths`.
+    dataset = dataset.bucket_by_sequence_length(
+        element_length_func=lambda e: tf.maximum(
+            tf.shape(e["encoder_token_ids"])[0], tf.shape(e["labels"])[0]
+        ),
+        bucket_boundaries=[length + 1 for length in lengths],
+        bucket_batch_sizes=[tokens_per_batch // length for length in lengths] + [1],
+        padding_values=PAD_ID,
+        pad_to_bucket_boundary=True,
+    )
+    dataset = dataset.map(_to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _to_model_inputs(batch):
+    encoder, decoder, labels = (
+        batch[k] for k in ("encoder_token_ids", "decoder_token_ids", "labels")
+    )
+    x = {
+        "encoder_token_ids": encoder,
+        "encoder_padding_mask": encoder != PAD_ID,
+        "decoder_token_ids": decoder,
+        "decoder_padding_mask": decoder != PAD_ID,
+    }
+    return x, labels, tf.cast(labels != PAD_ID, "float32")

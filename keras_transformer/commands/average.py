@@ -1,0 +1,80 @@
+"""Average the last checkpoints of a training run into a KerasHub preset.
+
+Section 6.1: the base model averages its last 5 checkpoints, the big model
+its last 20. The preset (config, weights, vocabulary) is written to a
+temporary folder next to --out and renamed into place when complete, so an
+interrupted run never leaves a half-written preset.
+
+Example:
+
+    keras-transformer average runs/ende --last 5 --out presets/my_ende
+"""
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", help="the --out folder of `keras-transformer train`")
+    parser.add_argument("--last", type=int, default=5, help="average this many newest checkpoints (paper: 5 base, 20 big)")
+    parser.add_argument("--out", required=True, help="the preset folder to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+
+
+def run(args: argparse.Namespace) -> int:
+    from keras_transformer.cli import UserError
+    from keras_transformer.commands.train import CHECKPOINT_DIR, RUN_FILE, VOCABULARY_FILE
+    from keras_transformer.training import checkpoints
+
+    if args.last < 1:
+        raise UserError(f"--last must be at least 1; got {args.last}.")
+    run_file = os.path.join(args.run_dir, RUN_FILE)
+    if not os.path.exists(run_file):
+        raise UserError(f"{args.run_dir} is not a training run folder (it has no {RUN_FILE}).")
+    paths = checkpoints.list_checkpoints(os.path.join(args.run_dir, CHECKPOINT_DIR))
+    if not paths:
+        raise UserError(f"{args.run_dir} has no checkpoints yet.")
+    if os.path.exists(args.out) and not args.overwrite:
+        raise UserError(f"{args.out} exists; pass --overwrite to replace it.")
+    if len(paths) < args.last:
+        print(f"only {len(paths)} checkpoints in {args.run_dir}; averaging all of them.")
+    paths = paths[-args.last :]
+    with open(run_file) as f:
+        run_config = json.load(f)
+    weights = checkpoints.average_checkpoints(paths)
+    model = _model(run_config, os.path.join(args.run_dir, VOCABULARY_FILE))
+    model.set_weights(weights)
+    write_preset_atomically(model, args.out)
+    print(f"averaged {len(paths)} checkpoints ({os.path.basename(paths[0])} .. {os.path.basename(paths[-1])}) into {args.out}.")
+    return 0
+
+
+def _model(run_config: dict, vocabulary: str):
+    from keras_transformer import TransformerTokenizer
+    from keras_transformer.commands.train import build_model
+
+    max_length = run_config["arguments"]["max_length"]
+    return build_model(run_config["backbone"], TransformerTokenizer(proto=vocabulary), max_length)
+
+
+def write_preset_atomically(model, out: str) -> None:
+    """`model.save_to_preset` into a temporary folder, then a rename."""
+    out = os.path.abspath(out)
+    parent = os.path.dirname(out)
+    os.makedirs(parent, exist_ok=True)
+    temporary = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.tmp-")
+    try:
+        model.save_to_preset(temporary)
+        if os.path.exists(out):
+            old = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.old-")
+            os.replace(out, os.path.join(old, "preset"))
+            os.replace(temporary, out)
+            shutil.rmtree(old)
+        else:
+            os.replace(temporary, out)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise

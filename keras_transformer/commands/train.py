@@ -1,0 +1,312 @@
+"""Train a Transformer on parallel text, with the paper's recipe by default.
+
+The run folder (--out) receives the vocabulary (trained from the training
+data unless --vocabulary is given), run.json (architecture and options),
+checkpoints/ (every --checkpoint-every-steps steps and/or
+--checkpoint-every-minutes minutes), logs/ (TensorBoard), curves.csv and
+training_curves.png. Running the same command again resumes from the last
+checkpoint with the same step, optimizer state and learning rate.
+
+Example, Multi30k's Transformer-Tiny recipe:
+
+    keras-transformer train --src train.en.gz --tgt train.de.gz \\
+        --valid-src val.en.gz --valid-tgt val.de.gz --preset transformer_tiny \\
+        --vocab-size 10000 --tokens-per-batch 4000 --max-steps 8000 \\
+        --warmup-steps 2000 --peak-lr 0.005 --out runs/multi30k_en_de
+"""
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+
+ARCHITECTURES = {
+    # Table 3 of the paper.
+    "transformer_base": dict(num_layers=6, hidden_dim=512, intermediate_dim=2048, num_heads=8, dropout=0.1),
+    "transformer_big": dict(num_layers=6, hidden_dim=1024, intermediate_dim=4096, num_heads=16, dropout=0.3),
+    # Wu et al. 2021's Multi30k model (see PAPER.md).
+    "transformer_tiny": dict(num_layers=4, hidden_dim=128, intermediate_dim=256, num_heads=4, dropout=0.3),
+}
+ARCHITECTURE_FLAGS = {
+    "layers": "num_layers",
+    "hidden_dim": "hidden_dim",
+    "ff_dim": "intermediate_dim",
+    "heads": "num_heads",
+    "dropout": "dropout",
+}
+RUN_FILE = "run.json"
+VOCABULARY_FILE = "vocabulary.spm"
+CHECKPOINT_DIR = "checkpoints"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    data = parser.add_argument_group("data")
+    data.add_argument("--src", required=True, help="source sentences, one a line (plain or .gz); a TSV file without --tgt")
+    data.add_argument("--tgt", help="target sentences, line-aligned with --src")
+    data.add_argument("--valid-src", help="validation source sentences (or a TSV file without --valid-tgt)")
+    data.add_argument("--valid-tgt", help="validation target sentences")
+    data.add_argument("--skip-bad", action="store_true", help="skip and count empty or undecodable lines and unpaired lines, instead of stopping")
+    data.add_argument("--vocabulary", help="an existing SentencePiece .spm vocabulary; default: train one on the training data")
+    data.add_argument("--vocab-size", type=int, default=8000, help="size of the shared vocabulary to train (default 8000)")
+    data.add_argument("--max-length", type=int, default=256, help="longest sequence in tokens; longer pairs are dropped and counted (default 256)")
+    data.add_argument("--tokens-per-batch", type=int, default=4096, help="about this many source and as many target tokens per batch (paper: 25000)")
+
+    model = parser.add_argument_group("model (flags override --preset and --config)")
+    model.add_argument("--preset", help=f"architecture: {', '.join(ARCHITECTURES)} or a KerasHub preset")
+    model.add_argument("--config", help="a JSON file of TransformerBackbone arguments")
+    model.add_argument("--layers", type=int, help="encoder and decoder layers (N)")
+    model.add_argument("--hidden-dim", type=int, help="d_model")
+    model.add_argument("--ff-dim", type=int, help="d_ff")
+    model.add_argument("--heads", type=int, help="attention heads (h)")
+    model.add_argument("--dropout", type=float, help="P_drop")
+
+    recipe = parser.add_argument_group("training")
+    recipe.add_argument("--max-steps", type=int, default=100_000, help="optimizer updates (paper: 100000 base)")
+    recipe.add_argument("--warmup-steps", type=int, default=4000, help="linear warmup (paper: 4000)")
+    recipe.add_argument("--peak-lr", type=float, help="the highest learning rate; default: the paper's d_model^-0.5 * warmup^-0.5")
+    recipe.add_argument("--label-smoothing", type=float, default=0.1, help="eps_ls (paper: 0.1)")
+    recipe.add_argument("--accumulate", type=int, default=1, help="micro-batches per update (gradient accumulation)")
+    recipe.add_argument("--dtype", choices=("float32", "mixed_bfloat16", "mixed_float16"), default="float32")
+    recipe.add_argument("--strategy", choices=("none", "mirrored", "jax-data-parallel"), default="none")
+    recipe.add_argument("--seed", type=int, default=1)
+    recipe.add_argument("--checkpoint-every-steps", type=int, help="save every this many updates")
+    recipe.add_argument("--checkpoint-every-minutes", type=float, default=10.0, help="save every this many minutes (paper: 10; 0 turns it off)")
+    recipe.add_argument("--keep-checkpoints", type=int, help="keep only the newest this many checkpoints")
+    recipe.add_argument("--valid-every", type=int, default=1000, help="updates between validations and curve points")
+    recipe.add_argument("--log-every", type=int, default=100, help="updates between TensorBoard scalars")
+    recipe.add_argument("--out", required=True, help="the run folder; an existing run there is resumed")
+    recipe.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Keras verbosity: 0 silent, 1 progress bar, 2 one line per validation")
+
+
+def resolve_architecture(args: argparse.Namespace) -> dict:
+    """Backbone arguments from --preset, then --config, then explicit flags."""
+    config = {}
+    if args.preset:
+        config.update(_preset_architecture(args.preset, args))
+    if args.config:
+        with open(args.config) as f:
+            config.update(json.load(f))
+    for flag, key in ARCHITECTURE_FLAGS.items():
+        value = getattr(args, flag)
+        if value is not None:
+            config[key] = value
+    if "num_layers" in config:
+        layers = config.pop("num_layers")
+        config.setdefault("num_encoder_layers", layers)
+        config.setdefault("num_decoder_layers", layers)
+    missing = [
+        flag
+        for flag, key in (("--layers", "num_encoder_layers"), ("--hidden-dim", "hidden_dim"), ("--ff-dim", "intermediate_dim"), ("--heads", "num_heads"))
+        if key not in config
+    ]
+    if missing:
+        from keras_transformer.cli import UserError
+
+        raise UserError(f"the model size is not given: use --preset, --config, or {' '.join(missing)}.")
+    for key in ("vocabulary_size", "name", "trainable", "dtype"):
+        config.pop(key, None)
+    return config
+
+
+def _preset_architecture(preset: str, args) -> dict:
+    if preset in ARCHITECTURES:
+        return dict(ARCHITECTURES[preset])
+    if all(getattr(args, flag) is not None for flag in ("layers", "hidden_dim", "ff_dim", "heads")):
+        return {}  # The flags say everything; don't depend on the preset loading.
+    from keras_transformer import TransformerBackbone
+    from keras_transformer.cli import UserError
+
+    try:
+        return TransformerBackbone.from_preset(preset, load_weights=False).get_config()
+    except Exception as error:
+        raise UserError(
+            f"cannot load the architecture of preset {preset!r} ({type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else ''}); name one of "
+            f"{', '.join(ARCHITECTURES)} or give --layers --hidden-dim --ff-dim --heads."
+        ) from None
+
+
+def _read(source, target, skip_bad, what):
+    from keras_transformer.data import read_parallel
+
+    sources, targets, report = read_parallel(source, target, skip_bad=skip_bad)
+    print(f"{what}: {report}.")
+    if not sources:
+        raise ValueError(f"no usable sentence pairs in the {what} data ({source}).")
+    return sources, targets
+
+
+def run(args: argparse.Namespace) -> int:
+    import keras
+    import tensorflow as tf
+
+    from keras_transformer import data, distribute
+    from keras_transformer.training import checkpoints
+    from keras_transformer.training.callbacks import StopAtStep, TrainingMonitor
+
+    # Before any tokenizer exists: tf.random.set_seed clears TF's eager
+    # resources, which breaks the SentencePiece op afterwards.
+    keras.utils.set_random_seed(args.seed)
+    if args.accumulate < 1:
+        raise ValueError(f"--accumulate must be at least 1; got {args.accumulate}.")
+    architecture = resolve_architecture(args)
+    os.makedirs(args.out, exist_ok=True)
+    run_file = os.path.join(args.out, RUN_FILE)
+    if os.path.exists(run_file):
+        with open(run_file) as f:
+            previous = json.load(f)["backbone"]
+        changed = {k: v for k, v in architecture.items() if previous.get(k, v) != v}
+        if changed:
+            raise ValueError(
+                f"{args.out} holds a run with another architecture (now {changed}, "
+                f"then {previous}); use a new --out folder."
+            )
+
+    train_sources, train_targets = _read(args.src, args.tgt, args.skip_bad, "training")
+    valid = None
+    if args.valid_src:
+        valid = _read(args.valid_src, args.valid_tgt, args.skip_bad, "validation")
+
+    tokenizer = _vocabulary(args, train_sources + train_targets)
+    train_pairs = data.tokenize_pairs(train_sources, train_targets, tokenizer, args.max_length)
+    source_tokens, target_tokens = train_pairs.num_tokens()
+    print(
+        f"training: {len(train_pairs)} pairs, {source_tokens} source and {target_tokens} target "
+        f"tokens; {train_pairs.dropped} pairs longer than {args.max_length} tokens dropped."
+    )
+    valid_pairs = None
+    if valid:
+        valid_pairs = data.tokenize_pairs(*valid, tokenizer, args.max_length)
+        print(f"validation: {len(valid_pairs)} pairs; {valid_pairs.dropped} too long, dropped.")
+
+    if args.dtype != "float32":
+        # The global policy makes compile() wrap the optimizer in a
+        # LossScaleOptimizer for mixed_float16.
+        keras.config.set_dtype_policy(args.dtype)
+    backbone_config = {
+        **architecture,
+        "vocabulary_size": tokenizer.vocabulary_size(),
+        "max_sequence_length": max(args.max_length, architecture.get("max_sequence_length", 0)),
+    }
+    with open(run_file + ".tmp", "w") as f:
+        json.dump({"backbone": backbone_config, "arguments": {k: v for k, v in vars(args).items() if k != "run"}}, f, indent=2, default=str)
+    os.replace(run_file + ".tmp", run_file)
+
+    checkpoint_dir = os.path.join(args.out, CHECKPOINT_DIR)
+    with distribute.training_scope(args.strategy):
+        model = build_model(backbone_config, tokenizer, args.max_length)
+        compile_model(model, args)
+        step = 0
+        last = checkpoints.latest_checkpoint(checkpoint_dir)
+        if last:
+            step = checkpoints.restore_checkpoint(model, last)
+            print(f"resuming from {last} at step {step}.")
+        if step >= args.max_steps:
+            print(f"{args.out} has already reached step {step} (--max-steps {args.max_steps}).")
+            return 0
+
+        train_data = data.token_batches(
+            train_pairs, args.tokens_per_batch, repeat=True, seed=args.seed + step
+        )
+        valid_data = None
+        if valid_pairs:
+            valid_data = data.token_batches(valid_pairs, args.tokens_per_batch, shuffle=False)
+            # Bucketing hides the number of batches from Keras, which then
+            # warns that the data "ran out"; count them once.
+            batches = int(valid_data.reduce(0, lambda count, _: count + 1))
+            valid_data = valid_data.apply(tf.data.experimental.assert_cardinality(batches))
+        saver = checkpoints.PeriodicCheckpoint(
+            checkpoint_dir,
+            every_steps=args.checkpoint_every_steps,
+            every_minutes=args.checkpoint_every_minutes or None,
+            keep=args.keep_checkpoints,
+        )
+        nan_guard = checkpoints.StopOnNaN(saver)
+        monitor = TrainingMonitor(args.out)
+        callbacks = [
+            saver,
+            nan_guard,
+            StopAtStep(args.max_steps),
+            monitor,
+        ]
+        if importlib.util.find_spec("tensorboard"):
+            callbacks.append(
+                keras.callbacks.TensorBoard(
+                    os.path.join(args.out, "logs"), update_freq=args.log_every * args.accumulate
+                )
+            )
+        else:
+            print("TensorBoard is not installed (pip install tensorboard): no TensorBoard logs.")
+        # One "epoch" is --valid-every updates: a validation and a curve point.
+        initial_epoch = step // args.valid_every
+        epochs = initial_epoch + math.ceil((args.max_steps - step) / args.valid_every)
+        model.fit(
+            train_data,
+            validation_data=valid_data,
+            steps_per_epoch=args.valid_every * args.accumulate,
+            initial_epoch=initial_epoch,
+            epochs=epochs,
+            callbacks=callbacks,
+            verbose=args.verbose,
+            shuffle=False,  # token_batches shuffles
+        )
+    if nan_guard.message:
+        raise ValueError(nan_guard.message)
+    print(
+        f"trained to step {int(keras.ops.convert_to_numpy(model.optimizer.iterations))} at "
+        f"{monitor.tokens_per_second:.0f} target tokens/s; last checkpoint {saver.last_path}."
+    )
+    return 0
+
+
+def _vocabulary(args, sentences):
+    from keras_transformer import TransformerTokenizer, train_tokenizer
+
+    path = os.path.join(args.out, VOCABULARY_FILE)
+    if args.vocabulary:
+        tokenizer = TransformerTokenizer(proto=args.vocabulary)
+    elif os.path.exists(path):
+        print(f"using the vocabulary of this run, {path}.")
+        return TransformerTokenizer(proto=path)
+    else:
+        print(f"training a shared vocabulary of {args.vocab_size} subwords on the training data.")
+        tokenizer = train_tokenizer(sentences, args.vocab_size)
+    with open(path + ".tmp", "wb") as f:
+        f.write(tokenizer.proto)
+    os.replace(path + ".tmp", path)
+    return tokenizer
+
+
+def build_model(backbone_config: dict, tokenizer, max_length: int):
+    """A `Transformer` with a preprocessor, so that it saves as a full preset."""
+    from keras_transformer import Transformer, TransformerBackbone, TransformerPreprocessor
+
+    return Transformer(
+        backbone=TransformerBackbone(**backbone_config),
+        preprocessor=TransformerPreprocessor(tokenizer, max_length, max_length),
+    )
+
+
+def compile_model(model, args) -> None:
+    """The paper's Adam and schedule, with --peak-lr and --accumulate."""
+    from keras_transformer import MaskedAccuracy, TransformerSchedule, paper_optimizer
+    from keras_transformer.training.callbacks import TargetTokens
+
+    hidden_dim = model.backbone.hidden_dim
+    scale = 1.0
+    if args.peak_lr:
+        scale = TransformerSchedule.with_peak(args.peak_lr, args.warmup_steps, hidden_dim).scale
+    accumulation = {}
+    warmup = args.warmup_steps
+    if args.accumulate > 1:
+        # Keras feeds the schedule the micro-batch count, not the update count.
+        # The inverse-sqrt curve with N times the warmup and sqrt(N) times the
+        # scale, at micro-batch k*N, equals the original curve at update k.
+        warmup, scale = warmup * args.accumulate, scale * math.sqrt(args.accumulate)
+        accumulation = {"gradient_accumulation_steps": args.accumulate}
+    model.compile(
+        optimizer=paper_optimizer(hidden_dim, warmup, scale, **accumulation),
+        label_smoothing=args.label_smoothing,
+        weighted_metrics=[MaskedAccuracy(), TargetTokens()],
+    )

@@ -1,0 +1,178 @@
+"""Watching a training run: tokens per second, learning rate, curves.
+
+Example:
+>>> import tempfile, numpy as np, keras
+>>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(5)])
+>>> model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+...               weighted_metrics=[TargetTokens()])
+>>> monitor = TrainingMonitor(tempfile.mkdtemp())
+>>> history = model.fit(np.ones((4, 3)), np.array([1, 2, 0, 0]), epochs=2,
+...                     callbacks=[monitor], verbose=0)
+>>> monitor.total_tokens  # labels other than padding (0), two epochs
+4
+"""
+
+import csv
+import os
+import time
+
+import keras
+import numpy as np
+from keras import ops
+
+CURVES_CSV = "curves.csv"
+CURVES_PNG = "training_curves.png"
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TargetTokens(keras.metrics.Metric):
+    """Counts the real (non-padding) target tokens seen since the last reset.
+
+    `TrainingMonitor` turns its value into tokens per second. Counting in the
+    training step (rather than in the input pipeline) counts what every
+    replica actually trained on.
+    """
+
+    def __init__(self, pad_token_id: int = 0, name: str = "target_tokens", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_token_id = pad_token_id
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count", dtype="float32")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.count.assign_add(ops.sum(ops.cast(ops.not_equal(y_true, self.pad_token_id), "float32")))
+
+    def result(self):
+        return self.count
+
+    def reset_state(self):
+        self.count.assign(0.0)
+
+    def get_config(self):
+        return {**super().get_config(), "pad_token_id": self.pad_token_id}
+
+
+def current_learning_rate(optimizer) -> float:
+    """The learning rate the optimizer uses at its current step."""
+    return float(ops.convert_to_numpy(optimizer._get_current_learning_rate()))
+
+
+class TrainingMonitor(keras.callbacks.Callback):
+    """Adds `learning_rate` and `tokens_per_second` to the logs; draws curves.
+
+    Put it before Keras' progress bar and `TensorBoard` (any place in the
+    `callbacks` list does: Keras appends its progress bar last), so that both
+    show the two numbers. Tokens are target tokens, counted by the
+    `TargetTokens` metric, per second of training time, the first step
+    (compilation) left out.
+
+    At each epoch end it appends the step, losses, learning rate and
+    throughput to `curves.csv` in `directory` (so curves survive restarts)
+    and redraws `training_curves.png`: training and validation loss, and any
+    validation BLEU logged as `val_bleu`, against the step.
+
+    Args:
+        directory: where `curves.csv` and `training_curves.png` go.
+        plot: `False` to skip the PNG (needs matplotlib).
+    """
+
+    def __init__(self, directory: str, plot: bool = True):
+        super().__init__()
+        self.directory = directory
+        self.plot = plot
+        self.total_tokens = 0
+        self.total_seconds = 0.0
+        self._epoch_tokens = 0.0
+        self._last_time = None
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.total_tokens / self.total_seconds if self.total_seconds else 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_tokens = 0.0
+        self._last_time = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        if logs is None:
+            return
+        now = time.perf_counter()
+        tokens = float(logs.get("target_tokens", 0.0))
+        if self._last_time is not None:
+            # Time from the previous batch end; the first step of an epoch
+            # (compilation, pipeline warm-up) is left out.
+            self.total_seconds += now - self._last_time
+            self.total_tokens += int(tokens - self._epoch_tokens)
+        self._epoch_tokens = tokens
+        self._last_time = now
+        logs["learning_rate"] = current_learning_rate(self.model.optimizer)
+        logs["tokens_per_second"] = round(self.tokens_per_second, 1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs if logs is not None else {}
+        # Per epoch, the token counts say nothing the throughput doesn't
+        # (and Keras' validation resets the shared metric).
+        logs.pop("target_tokens", None)
+        logs.pop("val_target_tokens", None)
+        logs["learning_rate"] = current_learning_rate(self.model.optimizer)
+        logs["tokens_per_second"] = round(self.tokens_per_second, 1)
+        row = {
+            "step": int(ops.convert_to_numpy(self.model.optimizer.iterations)),
+            **{k: float(v) for k, v in logs.items() if np.ndim(v) == 0},
+        }
+        os.makedirs(self.directory, exist_ok=True)
+        path = os.path.join(self.directory, CURVES_CSV)
+        rows = read_curves(path) + [row]
+        fields = list(dict.fromkeys(k for r in rows for k in r))
+        with open(path + ".tmp", "w", newline="") as f:
+            writer = csv.DictWriter(f, fields)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(path + ".tmp", path)
+        if self.plot:
+            plot_curves(rows, os.path.join(self.directory, CURVES_PNG))
+
+
+def read_curves(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(f)]
+
+
+def plot_curves(rows: list[dict], path: str) -> None:
+    """Training and validation loss (and validation BLEU) against the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, loss_axis = plt.subplots(figsize=(7, 4))
+    for key, label in (("loss", "training loss"), ("val_loss", "validation loss")):
+        points = [(r["step"], r[key]) for r in rows if key in r]
+        if points:
+            loss_axis.plot(*zip(*points), marker=".", label=label)
+    loss_axis.set_xlabel("step")
+    loss_axis.set_ylabel("label-smoothed cross entropy")
+    bleu = [(r["step"], r["val_bleu"]) for r in rows if "val_bleu" in r]
+    if bleu:
+        bleu_axis = loss_axis.twinx()
+        bleu_axis.plot(*zip(*bleu), color="tab:green", marker=".", label="validation BLEU")
+        bleu_axis.set_ylabel("BLEU")
+        bleu_axis.legend(loc="upper center")
+    loss_axis.legend(loc="upper right")
+    figure.tight_layout()
+    figure.savefig(path + ".tmp.png", dpi=100)
+    plt.close(figure)
+    os.replace(path + ".tmp.png", path)
+
+
+class StopAtStep(keras.callbacks.Callback):
+    """Stops training once the optimizer has made `max_steps` updates."""
+
+    def __init__(self, max_steps: int):
+        super().__init__()
+        self.max_steps = max_steps
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(ops.convert_to_numpy(self.model.optimizer.iterations)) >= self.max_steps:
+            self.model.stop_training = True
