@@ -141,3 +141,13 @@ def test_lowercase_tokenize_reproduces_multi30k_tokenized_test_set(multi30k):
     assert matches / len(tokenized) >= 0.99  # measured: 1000 of 1000
     result = evaluate_translations(raw, raw, tokenized_references=tokenized)
     assert result.lc_tok_bleu == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize(
+    "path, language",
+    [("test.de", "de"), ("test_2016_flickr.fr.gz", "fr"), ("x/test.lc.norm.tok.en.gz", "en"), ("refs.txt", None)],
+)
+def test_target_language_comes_from_the_reference_suffix(path, language):
+    from keras_transformer.commands.evaluate import _language_from_suffix
+
+    assert _language_from_suffix(path) == language

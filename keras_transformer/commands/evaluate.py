@@ -10,12 +10,13 @@ Example:
         --output hyps.de --json scores.json
 """
 
+# User mistakes raise ValueError, which `keras_transformer.cli.main` reports in
+# one line: `python -m keras_transformer.cli` loads cli.py twice (as __main__
+# and as a module), so its UserError class would not be the one main() catches.
 import argparse
 import json
 import re
 from pathlib import Path
-
-from keras_transformer.cli import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,13 +55,13 @@ def run(args: argparse.Namespace) -> int:
     from keras_transformer.evaluation import evaluate_model
 
     if args.beam_size < 1:
-        raise UserError(f"--beam-size must be at least 1; got {args.beam_size}.")
+        raise ValueError(f"--beam-size must be at least 1; got {args.beam_size}.")
     if args.batch_size < 1:
-        raise UserError(f"--batch-size must be at least 1; got {args.batch_size}.")
+        raise ValueError(f"--batch-size must be at least 1; got {args.batch_size}.")
     sources = list(read_lines(args.src))
     references = list(read_lines(args.ref))
     if len(sources) != len(references):
-        raise UserError(
+        raise ValueError(
             f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}: "
             "source and reference files must be line-aligned."
         )
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ref_tok:
         tokenized_references = list(read_lines(args.ref_tok))
         if len(tokenized_references) != len(sources):
-            raise UserError(
+            raise ValueError(
                 f"{args.src} has {len(sources)} lines but {args.ref_tok} has "
                 f"{len(tokenized_references)}: they must be line-aligned."
             )
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     target_language = args.target_language or _language_from_suffix(args.ref)
     if target_language is None:
         if lowercase_tokenized:
-            raise UserError(
+            raise ValueError(
                 f"Cannot tell the target language from {args.ref}'s name: pass --target-language."
             )
         target_language = "en"  # unused: only the Moses tokenizer needs a language.
