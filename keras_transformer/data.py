@@ -26,6 +26,7 @@ Example:
 
 import dataclasses
 import gzip
+import itertools
 import os
 import warnings
 from collections.abc import Iterator
@@ -155,20 +156,19 @@ def read_parallel(
             keep(number, line, (source, source))
         return sources, targets, report
 
-    source_lines, target_lines = _decoded_lines(source), _decoded_lines(target)
-    number = 0
-    for number, pair in enumerate(zip(source_lines, target_lines), start=1):
-        keep(number, pair, (source, target))
-    # zip stops at the shorter file; see whether the other one goes on.
-    for longer, shorter, rest in ((source, target, source_lines), (target, source, target_lines)):
-        extra = sum(1 for _ in rest)
-        if extra:
+    missing = object()
+    lines = itertools.zip_longest(_decoded_lines(source), _decoded_lines(target), fillvalue=missing)
+    for number, pair in enumerate(lines, start=1):
+        if missing in pair:
+            longer, shorter = (source, target) if pair[1] is missing else (target, source)
             if not skip_bad:
                 raise ValueError(
-                    f"{shorter} has {number} lines but {longer} goes on at line "
-                    f"{number + 1} ({extra} more): the files are not line-aligned."
+                    f"{shorter} has {number - 1} lines but {longer} goes on at line "
+                    f"{number}: the files are not line-aligned."
                 )
-            report.unpaired += extra
+            report.unpaired += 1
+            continue
+        keep(number, pair, (source, target))
     return sources, targets, report
 
 

@@ -13,8 +13,6 @@ Example:
 import argparse
 import json
 import os
-import shutil
-import tempfile
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     weights = checkpoints.average_checkpoints(paths)
     model = _model(run_config, os.path.join(args.run_dir, VOCABULARY_FILE))
     model.set_weights(weights)
-    write_preset_atomically(model, args.out)
+    model.save_to_preset(args.out)  # atomic: a temporary folder, then a rename
     print(f"averaged {len(paths)} checkpoints ({os.path.basename(paths[0])} .. {os.path.basename(paths[-1])}) into {args.out}.")
     return 0
 
@@ -59,22 +57,3 @@ def _model(run_config: dict, vocabulary: str):
     max_length = run_config["arguments"]["max_length"]
     return build_model(run_config["backbone"], TransformerTokenizer(proto=vocabulary), max_length)
 
-
-def write_preset_atomically(model, out: str) -> None:
-    """`model.save_to_preset` into a temporary folder, then a rename."""
-    out = os.path.abspath(out)
-    parent = os.path.dirname(out)
-    os.makedirs(parent, exist_ok=True)
-    temporary = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.tmp-")
-    try:
-        model.save_to_preset(temporary)
-        if os.path.exists(out):
-            old = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.old-")
-            os.replace(out, os.path.join(old, "preset"))
-            os.replace(temporary, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(temporary, out)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise

@@ -20,6 +20,7 @@ import importlib.util
 import json
 import math
 import os
+import warnings
 
 ARCHITECTURES = {
     # Table 3 of the paper.
@@ -114,11 +115,14 @@ def _preset_architecture(preset: str, args) -> dict:
         return dict(ARCHITECTURES[preset])
     if all(getattr(args, flag) is not None for flag in ("layers", "hidden_dim", "ff_dim", "heads")):
         return {}  # The flags say everything; don't depend on the preset loading.
-    from keras_transformer import TransformerBackbone
+    from keras_transformer import Transformer
     from keras_transformer.cli import UserError
 
     try:
-        return TransformerBackbone.from_preset(preset, load_weights=False).get_config()
+        with warnings.catch_warnings():
+            # Only the architecture is used; a missing vocabulary doesn't matter.
+            warnings.simplefilter("ignore")
+            return Transformer.from_preset(preset, load_weights=False).backbone.get_config()
     except Exception as error:
         raise UserError(
             f"cannot load the architecture of preset {preset!r} ({type(error).__name__}: "

@@ -1,0 +1,213 @@
+import argparse
+import gzip
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from keras_transformer import cli, data, distribute
+from keras_transformer.commands import train as train_command
+from keras_transformer.training import checkpoints
+from keras_transformer.training.callbacks import CURVES_CSV, CURVES_PNG, read_curves
+
+TINY = dict(num_encoder_layers=1, num_decoder_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32, dropout=0.0)
+
+
+def tiny_transformer(tokenizer, seed=0):
+    keras.utils.set_random_seed(seed)
+    backbone = kt.TransformerBackbone(vocabulary_size=tokenizer.vocabulary_size(), **TINY)
+    model = kt.Transformer(backbone=backbone)
+    model.compile(optimizer=kt.paper_optimizer(16, warmup_steps=4))
+    return model
+
+
+@pytest.fixture
+def batches(tokenizer, pairs):
+    tokenized = data.tokenize_pairs([p[0] for p in pairs], [p[1] for p in pairs], tokenizer, 16)
+    return data.token_batches(tokenized, 48, repeat=True, shuffle=False)
+
+
+def optimizer_state(model):
+    store = {}
+    model.optimizer.save_own_variables(store)
+    return [np.asarray(store[k]) for k in sorted(store, key=int)]
+
+
+def test_checkpoint_resume_restores_step_optimizer_and_learning_rate(tmp_path, tokenizer, batches):
+    model = tiny_transformer(tokenizer)
+    model.fit(batches, steps_per_epoch=3, epochs=1, verbose=0, shuffle=False)
+    path = checkpoints.save_checkpoint(model, str(tmp_path))
+    assert os.path.basename(path) == "ckpt-00000003.npz"
+    assert os.listdir(tmp_path) == ["ckpt-00000003.npz"]  # no temporary file left
+
+    resumed = tiny_transformer(tokenizer, seed=1)
+    assert checkpoints.restore_checkpoint(resumed, path) == 3
+    assert int(keras.ops.convert_to_numpy(resumed.optimizer.iterations)) == 3
+    for a, b in zip(optimizer_state(model), optimizer_state(resumed)):
+        np.testing.assert_array_equal(a, b)
+    lr = float(keras.ops.convert_to_numpy(model.optimizer._get_current_learning_rate()))
+    assert lr == float(keras.ops.convert_to_numpy(resumed.optimizer._get_current_learning_rate()))
+
+    # One more step from either model lands on the same weights.
+    model.fit(batches, steps_per_epoch=1, epochs=1, verbose=0, shuffle=False)
+    resumed.fit(batches, steps_per_epoch=1, epochs=1, verbose=0, shuffle=False)
+    for a, b in zip(model.get_weights(), resumed.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_periodic_checkpoints_by_steps_keep_the_newest(tmp_path, tokenizer, batches):
+    model = tiny_transformer(tokenizer)
+    saver = checkpoints.PeriodicCheckpoint(str(tmp_path), every_steps=2, keep=2)
+    model.fit(batches, steps_per_epoch=5, epochs=1, verbose=0, shuffle=False, callbacks=[saver])
+    names = [os.path.basename(p) for p in checkpoints.list_checkpoints(str(tmp_path))]
+    assert names == ["ckpt-00000004.npz", "ckpt-00000005.npz"]  # 2 pruned; 5 at the end
+
+
+def test_periodic_checkpoints_by_minutes(tmp_path, tokenizer, batches):
+    model = tiny_transformer(tokenizer)
+    saver = checkpoints.PeriodicCheckpoint(str(tmp_path), every_minutes=1e-9)
+    model.fit(batches, steps_per_epoch=3, epochs=1, verbose=0, shuffle=False, callbacks=[saver])
+    assert len(checkpoints.list_checkpoints(str(tmp_path))) == 3
+
+
+def test_average_checkpoints_is_the_mean(tmp_path, tokenizer, batches):
+    model = tiny_transformer(tokenizer)
+    saved = []
+    for _ in range(3):
+        model.fit(batches, steps_per_epoch=1, epochs=1, verbose=0, shuffle=False)
+        checkpoints.save_checkpoint(model, str(tmp_path))
+        saved.append(model.get_weights())
+    averaged = checkpoints.average_checkpoints(checkpoints.list_checkpoints(str(tmp_path))[-2:])
+    assert len(averaged) == len(saved[0])
+    for mean, a, b in zip(averaged, saved[1], saved[2]):
+        np.testing.assert_allclose(mean, (a + b) / 2, rtol=1e-6, atol=1e-7)
+    assert not np.allclose(averaged[0], saved[2][0])
+
+
+def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(0.01), "mse")
+    x = np.ones((10, 2), "float32")
+    x[6] = np.nan  # the 4th batch of 2
+    saver = checkpoints.PeriodicCheckpoint(str(tmp_path), every_steps=1)
+    guard = checkpoints.StopOnNaN(saver)
+    history = model.fit(x, np.ones((10, 1)), batch_size=2, epochs=3, shuffle=False, verbose=0, callbacks=[saver, guard])
+    assert guard.stopped_step == 4
+    assert len(history.history["loss"]) == 1  # stopped within the first epoch
+    assert "step 4" in guard.message and "ckpt-00000003.npz" in guard.message
+    paths = checkpoints.list_checkpoints(str(tmp_path))
+    assert [os.path.basename(p) for p in paths] == [f"ckpt-0000000{i}.npz" for i in (1, 2, 3)]
+    assert all(np.isfinite(w).all() for w in checkpoints.load_weights(paths[-1]))
+
+
+def test_accumulation_keeps_the_schedule_per_update(tokenizer):
+    args = argparse.Namespace(peak_lr=0.005, warmup_steps=10, accumulate=4, label_smoothing=0.1)
+    model = kt.Transformer(kt.TransformerBackbone(vocabulary_size=tokenizer.vocabulary_size(), **TINY))
+    train_command.compile_model(model, args)
+    plain = kt.TransformerSchedule.with_peak(0.005, 10, 16)
+    accumulated = model.optimizer._learning_rate  # the schedule itself
+    assert model.optimizer.gradient_accumulation_steps == 4
+    for update in (1, 5, 10, 30):
+        # Keras evaluates the schedule at the micro-batch count.
+        np.testing.assert_allclose(float(accumulated(update * 4 - 1)), float(plain(update - 1)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", ["mirrored", "jax-data-parallel", "bogus"])
+def test_strategy_on_the_wrong_backend_is_a_clear_error(strategy):
+    backend = keras.config.backend()
+    if (strategy, backend) in (("mirrored", "tensorflow"), ("jax-data-parallel", "jax")):
+        pytest.skip(f"{strategy} works on {backend}; multi-device tests cover it")
+    with pytest.raises(ValueError, match="backend|Unknown strategy"):
+        distribute.training_scope(strategy)
+
+
+def test_architecture_from_flags_when_the_preset_is_unknown():
+    parser = argparse.ArgumentParser()
+    train_command.add_arguments(parser)
+    base = ["--src", "s", "--out", "o", "--preset", "no_such_preset"]
+    with pytest.raises(cli.UserError, match="--layers --hidden-dim --ff-dim --heads"):
+        train_command.resolve_architecture(parser.parse_args(base))
+    flags = ["--layers", "2", "--hidden-dim", "8", "--ff-dim", "16", "--heads", "2"]
+    config = train_command.resolve_architecture(parser.parse_args(base + flags))
+    assert config == dict(num_encoder_layers=2, num_decoder_layers=2, hidden_dim=8, intermediate_dim=16, num_heads=2)
+    tiny = train_command.resolve_architecture(parser.parse_args(base[:-1] + ["transformer_tiny", "--dropout", "0.1"]))
+    assert (tiny["hidden_dim"], tiny["num_heads"], tiny["dropout"]) == (128, 4, 0.1)
+
+
+def write_corpus(folder, pairs, copies):
+    paths = {}
+    for name, side in (("train.en.gz", 0), ("train.de.gz", 1)):
+        with gzip.open(folder / name, "wt", encoding="utf-8") as f:
+            f.write("".join(p[side] + "\n" for p in pairs * copies))
+        paths[name] = str(folder / name)
+    return paths["train.en.gz"], paths["train.de.gz"]
+
+
+def test_train_resume_and_average_commands(tmp_path, pairs, capsys):
+    source, target = write_corpus(tmp_path, pairs, copies=5)
+    run = tmp_path / "run"
+    command = [
+        "train", "--src", source, "--tgt", target, "--valid-src", source, "--valid-tgt", target,
+        "--preset", "no_such_preset", "--layers", "1", "--hidden-dim", "16", "--ff-dim", "32",
+        "--heads", "2", "--dropout", "0", "--vocab-size", "64", "--max-length", "16",
+        "--tokens-per-batch", "64", "--warmup-steps", "4", "--checkpoint-every-steps", "2",
+        "--valid-every", "3", "--verbose", "0", "--out", str(run),
+    ]
+    assert cli.main(command + ["--max-steps", "6"]) == 0
+    assert (run / "vocabulary.spm").exists() and (run / CURVES_PNG).exists()
+    assert [r["step"] for r in read_curves(str(run / CURVES_CSV))] == [3, 6]
+    assert os.listdir(run / "logs")  # TensorBoard
+    names = [os.path.basename(p) for p in checkpoints.list_checkpoints(str(run / "checkpoints"))]
+    assert names == ["ckpt-00000002.npz", "ckpt-00000004.npz", "ckpt-00000006.npz"]
+
+    assert cli.main(command + ["--max-steps", "8"]) == 0
+    output = capsys.readouterr().out
+    assert "resuming from" in output and "at step 6" in output
+    assert os.path.exists(run / "checkpoints" / "ckpt-00000008.npz")
+
+    preset = tmp_path / "preset"
+    assert cli.main(["average", str(run), "--last", "2", "--out", str(preset)]) == 0
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".preset")]  # no temporary left
+    model = kt.Transformer.from_preset(str(preset))
+    expected = checkpoints.average_checkpoints(checkpoints.list_checkpoints(str(run / "checkpoints"))[-2:])
+    for loaded, mean in zip(model.get_weights(), expected):
+        np.testing.assert_allclose(loaded, mean, rtol=1e-6)
+    assert isinstance(model.translate("a dog runs .", beam_size=2), str)
+    assert cli.main(["average", str(run), "--out", str(preset)]) == 1  # exists: needs --overwrite
+
+
+def test_train_command_reports_bad_input(tmp_path, capsys):
+    (tmp_path / "a.en").write_text("one\ntwo\n")
+    (tmp_path / "a.de").write_text("eins\n")
+    command = ["train", "--src", str(tmp_path / "a.en"), "--tgt", str(tmp_path / "a.de"), "--preset", "transformer_tiny", "--out", str(tmp_path / "run")]
+    assert cli.main(command) == 1
+    assert "goes on at line 2" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_training_on_multi30k_lowers_the_loss(multi30k, tmp_path):
+    from itertools import islice
+
+    lines = {}
+    for language in ("en", "de"):
+        with gzip.open(multi30k / "raw" / f"train.{language}.gz", "rt", encoding="utf-8") as f:
+            lines[language] = [line for line in islice(f, 400)]
+    for split, part in (("train", slice(0, 300)), ("val", slice(300, 400))):
+        for language in ("en", "de"):
+            (tmp_path / f"{split}.{language}").write_text("".join(lines[language][part]), encoding="utf-8")
+    run = tmp_path / "run"
+    command = [
+        "train", "--src", str(tmp_path / "train.en"), "--tgt", str(tmp_path / "train.de"),
+        "--valid-src", str(tmp_path / "val.en"), "--valid-tgt", str(tmp_path / "val.de"),
+        "--layers", "2", "--hidden-dim", "64", "--ff-dim", "128", "--heads", "4", "--dropout", "0.1",
+        "--vocab-size", "1000", "--tokens-per-batch", "1024", "--max-steps", "120", "--warmup-steps", "40",
+        "--peak-lr", "0.005", "--valid-every", "40", "--checkpoint-every-steps", "40", "--verbose", "0",
+        "--out", str(run),
+    ]
+    assert cli.main(command) == 0
+    curves = read_curves(str(run / CURVES_CSV))
+    assert curves[-1]["loss"] < curves[0]["loss"] - 0.5
+    assert curves[-1]["val_loss"] < curves[0]["val_loss"]
