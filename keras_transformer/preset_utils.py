@@ -393,6 +393,10 @@ def save_preset(
         The preset folder.
     """
     target = Path(preset_dir).resolve()
+    if target.exists() and not (target.is_dir() and (not any(target.iterdir()) or (target / CONFIG_FILE).exists())):
+        raise FileExistsError(
+            f"{target} exists and is not a preset folder; refusing to replace it. Save to a new folder."
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     for stale in target.parent.glob(f".{target.name}.partial-*"):
         shutil.rmtree(stale, ignore_errors=True)  # left by a killed save
@@ -441,13 +445,13 @@ def _fsync_dir(directory: Path) -> None:
 
 def _replace(new: Path, target: Path) -> None:
     """Renames `new` to `target`, moving an existing `target` aside until then."""
-    previous = None
     if target.exists():
-        previous = target.parent / f".{target.name}.previous-{uuid.uuid4().hex[:8]}"
-        os.rename(target, previous)
+        os.rename(target, target.parent / f".{target.name}.previous-{uuid.uuid4().hex[:8]}")
     os.rename(new, target)
     _fsync_dir(target.parent)
-    if previous is not None:
+    # The new version is in place: older ones (this one's, or one left by a
+    # save killed between the two renames) are obsolete.
+    for previous in target.parent.glob(f".{target.name}.previous-*"):
         shutil.rmtree(previous)
 
 

@@ -333,9 +333,9 @@ def test_killed_save_leaves_previous_preset_intact(tmp_path, saved):
     (previous,) = tmp_path.glob(".tiny.previous-*")
     np.testing.assert_allclose(logits(kt.Transformer.from_preset(str(previous))), logits(model), atol=1e-6)
 
-    # The next save completes and clears what the killed one left behind.
+    # The next save completes and clears what the killed ones left behind.
     model.save_to_preset(tmp_path / "tiny")
-    assert not list(tmp_path.glob(".tiny.partial-*"))
+    assert [p.name for p in tmp_path.iterdir() if "tiny" in p.name] == ["tiny"]
 
 
 def test_save_replaces_an_existing_preset(tmp_path, saved, tokenizer):
@@ -345,6 +345,16 @@ def test_save_replaces_an_existing_preset(tmp_path, saved, tokenizer):
     other.save_to_preset(folder)
     np.testing.assert_allclose(logits(kt.Transformer.from_preset(str(folder))), logits(other), atol=1e-6)
     assert [p.name for p in tmp_path.iterdir()] == ["tiny"]
+
+
+def test_save_refuses_to_replace_a_folder_that_is_not_a_preset(tmp_path, saved):
+    model, _ = saved
+    precious = tmp_path / "home"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    with pytest.raises(FileExistsError, match="not a preset folder"):
+        model.save_to_preset(precious)
+    assert (precious / "thesis.tex").read_text() == "years of work"
 
 
 # --- Upload -------------------------------------------------------------------
