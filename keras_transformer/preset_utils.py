@@ -71,6 +71,10 @@ class HubUnreachableError(ConnectionError):
     """The Hugging Face Hub could not be reached and the preset is not cached."""
 
 
+class NotOnHubError(FileNotFoundError):
+    """The Hugging Face Hub has no such repository (or it is private)."""
+
+
 def available_presets() -> list[str]:
     """The names `Transformer.from_preset` accepts, besides folders and handles."""
     return sorted(BUILTIN_PRESETS_FOR_BACKBONE[TransformerBackbone])
@@ -103,14 +107,18 @@ def resolve_preset(preset: str | os.PathLike, load_weights: bool = True) -> tupl
     if handle.startswith(HF_PREFIX):
         try:
             directory = hub_snapshot(handle, preset, load_weights)
-        except HubUnreachableError as error:
+        except (HubUnreachableError, NotOnHubError) as error:
             if load_weights or preset not in PAPER_PRESETS:
                 raise
             directory = PRESETS_DIR / preset
+            reason = (
+                "could not be reached, and it is not in the local cache"
+                if isinstance(error, HubUnreachableError)
+                else "has no such repository"
+            )
             warnings.warn(
-                f"The vocabulary of '{preset}' is on the Hugging Face Hub ({handle}), which could "
-                f"not be reached, and it is not in the local cache ({type(error.__cause__).__name__}). "
-                f"Built the architecture from {directory / CONFIG_FILE} "
+                f"The vocabulary of '{preset}' belongs on the Hugging Face Hub ({handle}), which "
+                f"{reason}. Built the architecture from {directory / CONFIG_FILE} "
                 "without a preprocessor (model.preprocessor is None). To translate text, attach "
                 "the vocabulary it was trained with: model.preprocessor = "
                 "keras_transformer.TransformerPreprocessor("
@@ -157,9 +165,15 @@ def hub_snapshot(handle: str, name: str, load_weights: bool = True) -> Path:
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns))
     except RepositoryNotFoundError as error:
-        raise FileNotFoundError(
+        unpublished = (
+            f" The weights of '{name}' have not been published yet; build the architecture "
+            f"with Transformer.from_preset('{name}', load_weights=False)."
+            if name in PAPER_PRESETS
+            else ""
+        )
+        raise NotOnHubError(
             f"The Hugging Face Hub has no repository {handle} (or it is private: log in "
-            "with `hf auth login`)."
+            f"with `hf auth login`).{unpublished}"
         ) from error
     except (LocalEntryNotFoundError, ConnectionError) as error:
         shown = handle if name == handle else f"'{name}' ({handle})"

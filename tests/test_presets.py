@@ -132,6 +132,24 @@ def test_unreachable_hub_says_what_to_do(offline_hub):
     assert "load_weights=False" in message and "folder" in message
 
 
+def test_unpublished_paper_preset(offline_hub, monkeypatch):
+    """Online, but the hub has no repository: weights are refused, the architecture builds."""
+    from types import SimpleNamespace
+
+    def snapshot_download(repo_id, local_files_only=False, **kwargs):
+        if local_files_only:
+            raise huggingface_hub.errors.LocalEntryNotFoundError("not cached")
+        response = SimpleNamespace(headers={}, request=None, status_code=404)
+        raise huggingface_hub.errors.RepositoryNotFoundError("404", response=response)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    with pytest.raises(preset_utils.NotOnHubError, match="not been published yet.*load_weights=False"):
+        kt.Transformer.from_preset("base_en_fr")
+    with pytest.warns(UserWarning, match="has no such repository"):
+        model = kt.Transformer.from_preset("base_en_fr", load_weights=False)
+    assert model.preprocessor is None and model.backbone.vocabulary_size == 32000
+
+
 def test_unknown_name_lists_presets_and_closest_match():
     with pytest.raises(ValueError, match="Did you mean 'base_en_de'") as error:
         kt.Transformer.from_preset("base_en_dee")
