@@ -11,6 +11,8 @@ import importlib
 import os
 import sys
 
+from keras_transformer.errors import UserError
+
 COMMANDS = {
     "translate": "Translate sentences with a preset.",
     "train": "Train a model on parallel text.",
@@ -18,10 +20,6 @@ COMMANDS = {
     "evaluate": "Translate a test set and report sacreBLEU.",
     "upload": "Upload a preset directory to the Hugging Face Hub.",
 }
-
-
-class UserError(Exception):
-    """A mistake the user can fix; printed as one sentence, exit code 1."""
 
 
 def _available_commands() -> dict:

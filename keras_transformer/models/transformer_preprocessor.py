@@ -69,9 +69,10 @@ class TransformerPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
 
     def _report_cut(self, token_ids, room, side):
         """Counts sentences longer than `room` tokens and warns or raises."""
-        lengths = token_ids.row_lengths() if isinstance(token_ids, tf.RaggedTensor) else None
-        if lengths is None:
-            return
+        if isinstance(token_ids, tf.RaggedTensor):
+            lengths = token_ids.row_lengths()
+        else:  # KerasHub hands eager callers Python lists.
+            lengths = tf.constant([len(ids) for ids in token_ids], "int64")
         count = tf.reduce_sum(tf.cast(lengths > room, "int32"))
         message = (
             f"{{}} {side} sentence(s) longer than {room} tokens were cut to fit "
@@ -123,6 +124,13 @@ class TransformerPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
         return self.tokenizer(text)
 
     def get_config(self):
+        # KerasHub's Seq2SeqLMPreprocessor leaves its sequence lengths out.
         config = super().get_config()
-        config["too_long"] = self.too_long
+        config.update(
+            {
+                "encoder_sequence_length": self.encoder_sequence_length,
+                "decoder_sequence_length": self.decoder_sequence_length,
+                "too_long": self.too_long,
+            }
+        )
         return config

@@ -6,6 +6,8 @@ from collections.abc import Iterable
 
 import keras
 import keras_hub
+import tensorflow as tf
+import tensorflow_text as tf_text
 
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 
@@ -55,6 +57,33 @@ class TransformerTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
                 f"TransformerTokenizer needs ({expected}); it has {actual}. "
                 "Train the vocabulary with `keras_transformer.train_tokenizer`."
             )
+
+
+    def tokenize(self, inputs):
+        self._restore_sentence_piece()
+        return super().tokenize(inputs)
+
+    def detokenize(self, inputs):
+        self._restore_sentence_piece()
+        return super().detokenize(inputs)
+
+    def _restore_sentence_piece(self):
+        """Rebuilds SentencePiece's TF resource if TF has dropped it.
+
+        `keras.utils.set_random_seed` calls `tf.random.set_seed`, which clears
+        TF's eager kernel cache and with it the SentencePiece model of every
+        tokenizer made before; tokenizing in `tf.data` then fails with "Resource
+        ... SentencepieceOp ... does not exist". One cheap eager look-up finds
+        out, at trace time or per eager call.
+        """
+        sentence_piece = getattr(self, "_sentence_piece", None)
+        if self.proto is None or not isinstance(sentence_piece, tf_text.SentencepieceTokenizer):
+            return
+        with tf.init_scope():
+            try:
+                sentence_piece.vocab_size()
+            except tf.errors.NotFoundError:
+                self.set_proto(self.proto)
 
 
 def train_tokenizer(

@@ -1,0 +1,135 @@
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import keras_transformer as kt
+from conftest import PAIRS, make_model
+
+
+def test_compile_defaults_are_the_paper_recipe(tiny_model):
+    tiny_model.compile()
+    optimizer = tiny_model.optimizer
+    assert isinstance(optimizer, keras.optimizers.Adam)
+    assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
+    schedule = optimizer._learning_rate
+    assert isinstance(schedule, kt.TransformerSchedule)
+    assert (schedule.hidden_dim, schedule.warmup_steps) == (16, 4000)
+    assert isinstance(tiny_model.loss, kt.LabelSmoothedCrossEntropy)
+    assert tiny_model.loss.label_smoothing == 0.1
+
+
+@pytest.mark.parametrize("step", [1, 100, 4000, 10000])
+def test_schedule_is_section_5_3(step):
+    schedule = kt.TransformerSchedule(hidden_dim=512, warmup_steps=4000)
+    expected = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
+    assert float(schedule(step - 1)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_schedule_with_peak_reaches_the_peak():
+    schedule = kt.TransformerSchedule.with_peak(0.005, warmup_steps=2000, hidden_dim=128)
+    assert float(schedule(1999)) == pytest.approx(0.005, rel=1e-5)
+    assert float(schedule(999)) < 0.005 and float(schedule(5000)) < 0.005
+    restored = kt.TransformerSchedule.from_config(schedule.get_config())
+    assert float(restored(1999)) == pytest.approx(0.005, rel=1e-5)
+
+
+def test_label_smoothing_matches_the_formula_and_ignores_padding():
+    rng = np.random.RandomState(0)
+    logits = rng.normal(size=(2, 3, 5)).astype("float32")
+    labels = np.array([[4, 2, 0], [1, 0, 0]])
+    loss = float(kt.LabelSmoothedCrossEntropy(0.1)(labels, logits))
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    per_token = [0.9 * -log_p[b, t, labels[b, t]] - 0.1 * log_p[b, t].mean() for b, t in [(0, 0), (0, 1), (1, 0)]]
+    assert loss == pytest.approx(np.mean(per_token), rel=1e-5)
+    # Changing the logits at padded positions changes nothing.
+    logits[0, 2] += 100.0
+    assert float(kt.LabelSmoothedCrossEntropy(0.1)(labels, logits)) == pytest.approx(loss, rel=1e-6)
+
+
+def test_masked_accuracy_ignores_padding():
+    metric = kt.MaskedAccuracy()
+    labels = np.array([[5, 6, 0, 0]])
+    predictions = np.eye(8)[[[5, 1, 0, 0]]].astype("float32")  # padding "predicted right"
+    metric.update_state(labels, predictions)
+    assert float(metric.result()) == pytest.approx(0.5)
+
+
+def test_tiny_model_memorises_pairs_and_reproduces_them(trained_model):
+    sources = [p[0] for p in PAIRS]
+    targets = [p[1] for p in PAIRS]
+    assert trained_model.translate(sources, beam_size=None) == targets
+    assert trained_model.translate(sources, beam_size=4) == targets
+    assert trained_model.translate(sources[0]) == targets[0]
+
+
+def test_beam_one_equals_greedy_on_a_model(trained_model):
+    sources = [p[0] for p in PAIRS] + ["a dog sleeps .", "two women walk ."]
+    greedy = trained_model.generate(sources, beam_size=None)
+    assert trained_model.generate(sources, beam_size=1, alpha=0.0) == greedy
+
+
+def test_fit_on_token_ids_without_preprocessor(tokenizer):
+    keras.utils.set_random_seed(1)
+    model = make_model(tokenizer)
+    x, y, w = model.preprocessor({"encoder_text": [p[0] for p in PAIRS], "decoder_text": [p[1] for p in PAIRS]})
+    x = {k: ops.convert_to_numpy(v) for k, v in x.items()}
+    bare = kt.Transformer(backbone=model.backbone, preprocessor=None)
+    bare.compile(optimizer=keras.optimizers.Adam(0.01))
+    history = bare.fit(x, ops.convert_to_numpy(y), batch_size=3, epochs=5, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    out = bare.generate({"encoder_token_ids": x["encoder_token_ids"], "encoder_padding_mask": x["encoder_padding_mask"]}, beam_size=2)
+    assert out["decoder_token_ids"].shape[0] == len(PAIRS)
+    assert (out["decoder_token_ids"][:, 0] == tokenizer.start_token_id).all()
+
+
+def logits_of(model, pairs=PAIRS):
+    x, _, _ = model.preprocessor({"encoder_text": [p[0] for p in pairs], "decoder_text": [p[1] for p in pairs]})
+    return ops.convert_to_numpy(model(x))
+
+
+def test_keras_file_round_trip(trained_model, tmp_path):
+    path = tmp_path / "model.keras"
+    trained_model.save(path)
+    restored = keras.saving.load_model(path)
+    assert isinstance(restored, kt.Transformer)
+    np.testing.assert_allclose(logits_of(restored), logits_of(trained_model), atol=1e-5)
+    sources = [p[0] for p in PAIRS]
+    assert restored.translate(sources) == trained_model.translate(sources)
+
+
+def test_preset_round_trip(trained_model, tmp_path):
+    trained_model.save_to_preset(str(tmp_path / "preset"))
+    restored = kt.Transformer.from_preset(str(tmp_path / "preset"))
+    np.testing.assert_allclose(logits_of(restored), logits_of(trained_model), atol=1e-5)
+    sources = [p[0] for p in PAIRS]
+    assert restored.translate(sources) == trained_model.translate(sources)
+
+
+def test_preprocessor_never_cuts_silently(tokenizer):
+    long_text = " ".join(["a dog runs ."] * 20)
+    warn = kt.TransformerPreprocessor(tokenizer, 8, 8)
+    with pytest.warns(UserWarning, match="1 source sentence"):
+        warn({"encoder_text": [long_text, "a dog"], "decoder_text": ["ein", "ein"]})
+    strict = kt.TransformerPreprocessor(tokenizer, 8, 8, too_long="error")
+    with pytest.raises(ValueError, match="target sentence"):
+        strict({"encoder_text": ["a dog"], "decoder_text": [long_text]})
+    with pytest.raises(ValueError, match="too_long"):
+        kt.TransformerPreprocessor(tokenizer, too_long="truncate")
+
+
+def test_preprocessor_layout(tokenizer):
+    preprocessor = kt.TransformerPreprocessor(tokenizer, 8, 8)
+    x, y, w = preprocessor({"encoder_text": ["a dog"], "decoder_text": ["ein hund"]})
+    x = {k: ops.convert_to_numpy(v) for k, v in x.items()}
+    target = tokenizer("ein hund").numpy().tolist() if hasattr(tokenizer("ein hund"), "numpy") else list(tokenizer("ein hund"))
+    n = len(target)
+    assert x["decoder_token_ids"][0, 0] == tokenizer.start_token_id
+    assert list(x["decoder_token_ids"][0, 1 : n + 1]) == target
+    assert list(ops.convert_to_numpy(y)[0, : n + 1]) == target + [tokenizer.end_token_id]
+    assert ops.convert_to_numpy(w)[0].sum() == n + 1
+
+
+def test_generate_rejects_bad_beam_size(trained_model):
+    with pytest.raises(ValueError, match="beam_size"):
+        trained_model.generate(["a dog"], beam_size=0)
