@@ -60,7 +60,6 @@ def isolated_registry(monkeypatch):
         hub_preset_utils, "BUILTIN_PRESETS_FOR_BACKBONE", copy.deepcopy(hub_preset_utils.BUILTIN_PRESETS_FOR_BACKBONE)
     )
     monkeypatch.setattr(preset_utils, "BUILTIN_PRESETS_FOR_BACKBONE", hub_preset_utils.BUILTIN_PRESETS_FOR_BACKBONE)
-    monkeypatch.setattr(kt_presets, "register_presets", hub_preset_utils.register_presets)
 
 
 @pytest.fixture
