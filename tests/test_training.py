@@ -188,7 +188,7 @@ def test_train_command_reports_bad_input(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_training_on_multi30k_lowers_the_loss(multi30k, tmp_path):
+def test_training_on_multi30k_lowers_the_loss_and_beats_an_untrained_model(multi30k, tmp_path):
     from itertools import islice
 
     lines = {}
@@ -211,3 +211,22 @@ def test_training_on_multi30k_lowers_the_loss(multi30k, tmp_path):
     curves = read_curves(str(run / CURVES_CSV))
     assert curves[-1]["loss"] < curves[0]["loss"] - 0.5
     assert curves[-1]["val_loss"] < curves[0]["val_loss"]
+
+    # Translations get closer to the references than an untrained model's.
+    from keras_transformer.evaluation import evaluate_model
+
+    preset = tmp_path / "preset"
+    assert cli.main(["average", str(run), "--last", "1", "--out", str(preset)]) == 0
+    trained = kt.Transformer.from_preset(str(preset))
+    keras.utils.set_random_seed(5)
+    untrained = kt.Transformer(
+        kt.TransformerBackbone.from_config(trained.backbone.get_config()), trained.preprocessor
+    )
+    sources = [s.strip() for s in lines["en"][300:360]]
+    references = [s.strip() for s in lines["de"][300:360]]
+    scores = [
+        evaluate_model(model, sources, references, beam_size=None, max_extra_length=20, verbose=0)[1]
+        for model in (untrained, trained)
+    ]
+    assert scores[1].chrf > scores[0].chrf + 5
+    assert scores[1].bleu >= scores[0].bleu
