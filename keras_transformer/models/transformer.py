@@ -1,5 +1,6 @@
 """`Transformer`: the trainable, translating task model."""
 
+import warnings
 from functools import partial
 
 import keras
@@ -11,6 +12,7 @@ from keras_transformer import preset_utils
 from keras_transformer.models import search
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.models.transformer_preprocessor import TransformerPreprocessor
+from keras_transformer.sentences import split_sentences
 from keras_transformer.training import (
     LabelSmoothedCrossEntropy,
     MaskedAccuracy,
@@ -19,6 +21,9 @@ from keras_transformer.training import (
 
 TOKEN_ID_KEYS = ("encoder_token_ids", "encoder_padding_mask", "decoder_token_ids")
 SOURCE_BUCKET = 16  # source lengths are padded to a multiple of this: few shapes, few compiles
+TOO_LONG_POLICIES = ("split", "truncate", "error")
+PROGRESS_MIN_BATCHES = 3  # translate() shows a progress bar beyond this many batches
+WORD_START = "\u2581"  # SentencePiece's "▁", which begins a piece that begins a word
 
 
 def paper_optimizer(hidden_dim: int, warmup_steps: int = 4000, scale: float = 1.0, **kwargs):
@@ -366,35 +371,192 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         alpha: float = 0.6,
         max_extra_length: int = 50,
         batch_size: int = 32,
-    ) -> list[str]:
+        too_long: str = "split",
+        verbose: int | str = "auto",
+    ) -> list[str] | str:
         """Translates sentences, in batches of similar length.
 
+        Inputs are checked before anything runs, and a bad item is named by
+        its index. An empty or whitespace-only string (precisely: one with no
+        tokens) translates to `""` without running the model. `bytes` are
+        decoded as UTF-8.
+
+        The longest source the model takes is `min(backbone.max_sequence_length,
+        preprocessor.encoder_sequence_length) - 2` tokens (`<s>` and `</s>`
+        take two). A longer input follows `too_long`, never silently:
+
+        - `"split"` (default): cut it into sentences (see
+          `keras_transformer.sentences.split_sentences`), a sentence that is
+          still too long into pieces of at most that many tokens (at word
+          starts where possible), translate the parts and join them with
+          spaces;
+        - `"truncate"`: keep its first tokens, with a warning that counts the
+          inputs cut;
+        - `"error"`: raise a `ValueError` naming the first such input.
+
+        However many texts come in, at most `batch_size` sentences are decoded
+        at a time, so memory stays bounded.
+
         Args:
-            texts: a list of strings (or one string).
+            texts: a string, or a list (any iterable) of strings.
             beam_size, alpha, max_extra_length: see `generate`.
             batch_size: sentences decoded together (beams multiply this).
+            too_long: `"split"`, `"truncate"` or `"error"`, see above.
+            verbose: `"auto"` shows a `keras.utils.Progbar` when there are more
+                than a few batches, 1 always, 0 never.
 
         Returns:
             The translations, in the order of `texts` (a string for a string).
+
+        Raises:
+            TypeError: `texts` or one of its items is not a string (or bytes).
+            ValueError: an item is not valid UTF-8, or is too long with
+                `too_long="error"`.
         """
-        single = isinstance(texts, str)
-        texts = [texts] if single else list(texts)
+        if too_long not in TOO_LONG_POLICIES:
+            raise ValueError(f"too_long must be one of {TOO_LONG_POLICIES}; got {too_long!r}.")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer; got {batch_size}.")
         if self.preprocessor is None:
             raise ValueError("translate() needs a model with a preprocessor; use generate() with token ids.")
-        lengths = [len(ids) for ids in self._tokenize(texts)] if texts else []
-        order = np.argsort(lengths, kind="stable")
-        results = [""] * len(texts)
-        for start in range(0, len(texts), batch_size):
-            chunk = [int(i) for i in order[start : start + batch_size]]
-            outputs = self.generate(
-                [texts[i] for i in chunk],
+        single = isinstance(texts, (str, bytes))
+        texts = _check_texts([texts] if single else texts)
+        room = self.max_source_tokens
+        if room < 1:
+            raise ValueError(
+                f"This model takes sources of at most {room} tokens: raise the "
+                "preprocessor's encoder_sequence_length or the backbone's max_sequence_length."
+            )
+        token_ids = self._tokenize(texts) if texts else []
+
+        # Each input becomes one or more segments of at most `room` tokens.
+        segments = []  # (input index, token ids)
+        too_long_inputs = [i for i, ids in enumerate(token_ids) if len(ids) > room]
+        if too_long_inputs and too_long == "error":
+            first = too_long_inputs[0]
+            raise ValueError(
+                f"texts[{first}] has {len(token_ids[first])} tokens, more than the {room} this "
+                f"model takes ({len(too_long_inputs)} input(s) are too long); pass "
+                "too_long='split' or too_long='truncate'."
+            )
+        if too_long_inputs and too_long == "truncate":
+            warnings.warn(
+                f"{len(too_long_inputs)} input(s) longer than {room} tokens were truncated to "
+                f"{room} tokens (texts[{too_long_inputs[0]}] first); too_long='split' "
+                "translates them whole.",
+                stacklevel=2,
+            )
+        for index, ids in enumerate(token_ids):
+            if len(ids) <= room:
+                parts = [ids] if ids else []
+            elif too_long == "truncate":
+                parts = [ids[:room]]
+            else:
+                parts = self._split_for_translation(texts[index], room)
+            segments.extend((index, part) for part in parts)
+
+        order = sorted(range(len(segments)), key=lambda s: len(segments[s][1]))
+        num_batches = -(-len(segments) // batch_size)
+        if verbose == "auto":
+            verbose = int(num_batches > PROGRESS_MIN_BATCHES)
+        progress = keras.utils.Progbar(len(segments), verbose=verbose, unit_name="sentence")
+        outputs = [""] * len(segments)
+        for start in range(0, len(segments), batch_size):
+            batch = order[start : start + batch_size]
+            translations = self.generate(
+                self._pack_sources([segments[s][1] for s in batch]),
                 beam_size=beam_size,
                 alpha=alpha,
                 max_extra_length=max_extra_length,
             )
-            for i, text in zip(chunk, outputs):
-                results[i] = text
+            for s, text in zip(batch, translations):
+                outputs[s] = text
+            progress.add(len(batch))
+
+        results = [[] for _ in texts]
+        for (index, _), text in zip(segments, outputs):
+            results[index].append(text)
+        results = [" ".join(t for t in parts if t) for parts in results]
         return results[0] if single else results
+
+    @property
+    def max_source_tokens(self) -> int:
+        """The longest source `translate` takes whole, in tokens (<s> </s> left out)."""
+        limit = self.backbone.max_sequence_length
+        if self.preprocessor is not None and self.preprocessor.encoder_sequence_length:
+            limit = min(limit, self.preprocessor.encoder_sequence_length)
+        return limit - 2
+
+    def _split_for_translation(self, text: str, room: int) -> list[list[int]]:
+        """Token ids of the sentences of `text`, too long ones cut to `room`."""
+        vocabulary = None
+        parts = []
+        for ids in self._tokenize(split_sentences(text)):
+            while len(ids) > room:
+                vocabulary = vocabulary or self.preprocessor.tokenizer.get_vocabulary()
+                cut = _word_start_before(ids, room, vocabulary)
+                parts.append(ids[:cut])
+                ids = ids[cut:]
+            if ids:
+                parts.append(ids)
+        return parts
+
+    def _pack_sources(self, rows: list[list[int]]) -> dict:
+        """`<s> ids </s> <pad>...`, padded to the next multiple of SOURCE_BUCKET,
+        as the preprocessor packs sources (see `_encode_sources`)."""
+        tokenizer = self.preprocessor.tokenizer
+        longest = max(len(ids) for ids in rows) + 2
+        bucket = -(-longest // SOURCE_BUCKET) * SOURCE_BUCKET
+        token_ids = np.full((len(rows), bucket), tokenizer.pad_token_id, "int32")
+        for row, ids in enumerate(rows):
+            token_ids[row, : len(ids) + 2] = [tokenizer.start_token_id, *ids, tokenizer.end_token_id]
+        lengths = np.array([len(ids) + 2 for ids in rows])
+        mask = np.arange(bucket)[None, :] < lengths[:, None]
+        return {"encoder_token_ids": token_ids, "encoder_padding_mask": mask}
+
+
+def _word_start_before(ids: list[int], room: int, vocabulary: list[str]) -> int:
+    """Where to cut `ids` into at most `room` tokens: the last word start in
+    the second half of the window, or `room` if there is none. Cutting a
+    word's subwords apart would garble that word."""
+    for cut in range(room, room // 2, -1):
+        if vocabulary[ids[cut]].startswith(WORD_START):
+            return cut
+    return room
+
+
+def _check_texts(texts) -> list[str]:
+    """`texts` as a list of str: bytes decoded, anything else named by index."""
+    if texts is None or isinstance(texts, dict) or not hasattr(texts, "__iter__"):
+        raise TypeError(
+            "translate() argument 'texts' must be a string or a list of strings; "
+            f"got {type(texts).__name__}."
+        )
+    checked = []
+    for index, text in enumerate(texts):
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(
+                    f"translate() argument 'texts' item {index} is not valid UTF-8 "
+                    f"({error.reason} at byte {error.start})."
+                ) from None
+        if not isinstance(text, str):
+            raise TypeError(
+                f"translate() argument 'texts' item {index} must be a string; "
+                f"got {type(text).__name__}."
+            )
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            # Lone surrogates, e.g. from a file read with errors="surrogateescape".
+            raise ValueError(
+                f"translate() argument 'texts' item {index} cannot be encoded as UTF-8 "
+                f"({error.reason} at character {error.start})."
+            ) from None
+        checked.append(str(text))
+    return checked
 
 
 def _to_list(x):

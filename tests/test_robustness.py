@@ -1,0 +1,200 @@
+"""Bad, empty, huge and arbitrary input to the tokenizer and `translate`."""
+
+import unicodedata
+
+import keras
+import numpy as np
+import pytest
+import sentencepiece
+from conftest import PAIRS, make_model
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from keras_transformer.sentences import split_sentences
+
+LONG_TEXT = " ".join(p[0] for p in PAIRS[:4])  # four sentences, more than 14 tokens
+
+
+def record_batches(model, monkeypatch):
+    """Replaces `model.generate` by a wrapper that records each batch's ids."""
+    batches = []
+    generate = model.generate
+
+    def recording(inputs, **kwargs):
+        batches.append(np.asarray(inputs["encoder_token_ids"]))
+        return generate(inputs, **kwargs)
+
+    monkeypatch.setattr(model, "generate", recording)
+    return batches
+
+
+# --- Checking the input -------------------------------------------------
+
+
+def test_empty_and_blank_strings_translate_to_empty_without_the_model(tiny_model, monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("the model ran")
+
+    monkeypatch.setattr(tiny_model, "generate", fail)
+    assert tiny_model.translate(["", "   ", "\t\n", "\u3000"]) == ["", "", "", ""]
+    assert tiny_model.translate("") == ""
+    assert tiny_model.translate([]) == []
+
+
+@pytest.mark.parametrize("texts", [None, 42, {"a": 1}])
+def test_a_non_string_argument_is_a_type_error_naming_it(tiny_model, texts):
+    with pytest.raises(TypeError, match="argument 'texts'"):
+        tiny_model.translate(texts)
+
+
+def test_a_bad_item_is_named_by_its_index(tiny_model):
+    with pytest.raises(TypeError, match="'texts' item 2 must be a string; got NoneType"):
+        tiny_model.translate(["a dog .", "a cat .", None])
+    with pytest.raises(TypeError, match="item 1 must be a string; got int"):
+        tiny_model.translate(["a dog .", 7])
+    with pytest.raises(ValueError, match="item 1 is not valid UTF-8 .*byte 2"):
+        tiny_model.translate([b"a dog", b"a \xff cat"])
+    with pytest.raises(ValueError, match="item 0 cannot be encoded as UTF-8"):
+        tiny_model.translate(["a \ud800 dog"])
+
+
+def test_bytes_are_decoded_as_utf8(trained_model):
+    assert trained_model.translate([b"a dog runs .", "a cat sleeps .".encode()], beam_size=None) == [
+        "ein hund rennt .",
+        "eine katze schläft .",
+    ]
+    assert trained_model.translate(b"a dog runs .", beam_size=None) == "ein hund rennt ."
+
+
+def test_packed_sources_match_the_preprocessor(tiny_model):
+    texts = ["a dog runs .", "two cats play ."]
+    expected = tiny_model._encode_sources(texts)
+    packed = tiny_model._pack_sources(tiny_model._tokenize(texts))
+    for key in expected:
+        np.testing.assert_array_equal(packed[key], expected[key].astype(packed[key].dtype))
+
+
+# --- Too long -----------------------------------------------------------
+
+
+def test_sentence_splitting():
+    assert split_sentences("He came. Did he? Yes! Pi is 3.14 … ok") == ["He came.", "Did he?", "Yes!", "Pi is 3.14 …", "ok"]
+    assert split_sentences('"Stop." she said.\n(Then left.) ') == ['"Stop."', "she said.", "(Then left.)"]
+    assert split_sentences("雨です。晴れ！本当？") == ["雨です。", "晴れ！", "本当？"]
+    assert split_sentences("no end") == ["no end"]
+    assert split_sentences("  ") == []
+
+
+def test_too_long_input_is_split_at_sentences_and_joined(trained_model, monkeypatch):
+    room = trained_model.max_source_tokens
+    assert room == 14  # preprocessor length 16 minus <s> </s>
+    assert len(trained_model._tokenize([LONG_TEXT])[0]) > room
+    batches = record_batches(trained_model, monkeypatch)
+    translation = trained_model.translate(["two cats play .", LONG_TEXT], beam_size=None)
+    assert translation == ["zwei katzen spielen .", " ".join(p[1] for p in PAIRS[:4])]
+    assert sum(len(b) for b in batches) == 5  # one sentence, and four
+
+
+def test_too_long_sentence_is_split_on_token_count_at_word_starts(tiny_model, monkeypatch):
+    text = " ".join(["a dog runs"] * 8)  # no sentence end, 24+ tokens
+    batches = record_batches(tiny_model, monkeypatch)
+    assert isinstance(tiny_model.translate(text, beam_size=None, max_extra_length=2), str)
+    tokenizer = tiny_model.preprocessor.tokenizer
+    rows = [row[1 : int(np.sum(row != 0)) - 1] for batch in batches for row in batch]
+    assert len(rows) >= 2 and all(len(r) <= tiny_model.max_source_tokens for r in rows)
+    assert sum(len(r) for r in rows) == len(tiny_model._tokenize([text])[0])  # nothing lost
+    vocabulary = tokenizer.get_vocabulary()
+    assert all(vocabulary[int(r[0])].startswith("\u2581") for r in rows)  # each piece starts a word
+
+
+def test_too_long_error_and_truncate_policies(tiny_model, monkeypatch):
+    with pytest.raises(ValueError, match=r"texts\[1\] has \d+ tokens, more than the 14 .*1 input"):
+        tiny_model.translate(["a dog .", LONG_TEXT], too_long="error")
+    batches = record_batches(tiny_model, monkeypatch)
+    with pytest.warns(UserWarning, match="1 input.* truncated to 14 tokens"):
+        tiny_model.translate(["a dog .", LONG_TEXT], too_long="truncate", beam_size=None, max_extra_length=2)
+    short = len(tiny_model._tokenize(["a dog ."])[0])
+    assert sorted(int(np.sum(row != 0)) - 2 for row in batches[0]) == [short, 14]
+    with pytest.raises(ValueError, match="too_long must be one of"):
+        tiny_model.translate("a dog .", too_long="ignore")
+
+
+def test_many_sentences_are_decoded_in_bounded_batches_with_progress(tiny_model, monkeypatch, capsys):
+    texts = [PAIRS[i % len(PAIRS)][0] for i in range(1000)]
+    batches = record_batches(tiny_model, monkeypatch)
+    translations = tiny_model.translate(texts, beam_size=None, max_extra_length=2, batch_size=100)
+    assert len(translations) == 1000 and all(isinstance(t, str) for t in translations)
+    assert [len(b) for b in batches] == [100] * 10  # never one 1000-row batch
+    assert "1000/1000" in capsys.readouterr().out  # the progress bar
+    # The same source always gets the same translation, wherever it was batched.
+    assert len({(s, t) for s, t in zip(texts, translations)}) == len(PAIRS)
+
+
+# --- Property-based -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sentence_piece(tokenizer):
+    return sentencepiece.SentencePieceProcessor(model_proto=tokenizer.proto)
+
+
+def normalize(sentence_piece, text: str) -> str:
+    """What SentencePiece makes of `text` before splitting it into pieces:
+    NFKC, some control characters dropped, whitespace runs collapsed to one
+    space, none at the ends."""
+    return sentence_piece.normalize(text).replace("\u2581", " ").strip()
+
+
+def vocabulary_characters(tokenizer) -> str:
+    pieces = [p for p in tokenizer.get_vocabulary() if not (p.startswith("<") and p.endswith(">"))]
+    return "".join(sorted({c for p in pieces for c in p} - {"\u2581"}))
+
+
+def texts_near_the_vocabulary(tokenizer):
+    """Text from the vocabulary's characters, whitespace, characters that NFKC
+    maps into the vocabulary (full-width letters), and anything else."""
+    characters = vocabulary_characters(tokenizer)
+    near = characters + " \t\n\u3000\u00a0" + "".join(chr(ord(c) + 0xFEE0) for c in "adgnos")
+    return st.one_of(st.text(alphabet=near), st.text())
+
+
+def test_tokenizer_round_trips_what_it_can_represent(tokenizer, sentence_piece):
+    characters = set(vocabulary_characters(tokenizer))
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(texts_near_the_vocabulary(tokenizer))
+    def check(text):
+        ids = keras.ops.convert_to_numpy(tokenizer(text)).tolist()
+        normalized = normalize(sentence_piece, text)
+        # "Can represent": every character left after normalisation is in the
+        # vocabulary; exactly then no <unk> comes out.
+        representable = set(normalized) - {" "} <= characters
+        assert (tokenizer.unk_token_id not in ids) == representable
+        if representable:
+            assert tokenizer.detokenize(ids) == normalized
+
+    check()
+
+
+def test_normalization_is_nfkc_and_whitespace_collapsing_for_printable_text(sentence_piece):
+    printable = st.characters(exclude_categories=("Cc", "Cf", "Cs", "Co", "Cn"))
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(alphabet=printable))
+    def check(text):
+        assert normalize(sentence_piece, text) == " ".join(unicodedata.normalize("NFKC", text).split())
+
+    check()
+
+
+def test_translate_never_crashes_on_any_string(tiny_model):
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.text(max_size=60))
+    def check(text):
+        # batch_size 1: every part is one (1, 16) batch, so one compiled graph.
+        translation = tiny_model.translate(text, beam_size=None, max_extra_length=3, batch_size=1)
+        assert isinstance(translation, str)
+        if not text.strip():
+            assert translation == ""
+
+    check()
