@@ -131,6 +131,26 @@ def dropout_masks(args, report):
     report["identical_masks"] = bool(all(np.array_equal(per_replica[0] != 0, p != 0) for p in per_replica[1:]))
 
 
+def _scope(strategy):
+    if strategy == "multi-worker-mirrored":
+        # distribute.training_scope refuses it; this runs it anyway, to
+        # record what Keras 3 does under it (TF_CONFIG names the workers).
+        import keras
+        import tensorflow as tf
+
+        keras.config.disable_traceback_filtering()  # Show where Keras fails.
+        return tf.distribute.MultiWorkerMirroredStrategy().scope()
+    from keras_transformer import distribute
+
+    return distribute.training_scope(strategy)
+
+
+def _data_strategy(strategy):
+    # MultiWorkerMirroredStrategy gets the same int32 masks as "mirrored",
+    # so that it fails (or not) for reasons of its own.
+    return "mirrored" if strategy == "multi-worker-mirrored" else strategy
+
+
 def main(argv=None):
     args = parse_args(argv)
     configure_devices(args)
@@ -149,11 +169,11 @@ def main(argv=None):
         if args.dtype != "float32":
             keras.config.set_dtype_policy(args.dtype)
         batches = token_batches(args.batch_size, args.steps)
-        with distribute.training_scope(args.strategy) as scope:
+        with _scope(args.strategy) as scope:
             model = build_and_compile(args)
             # One step an epoch: the history holds every step's loss.
             history = model.fit(
-                distribute.prepare_dataset(dataset(batches).repeat(), args.strategy),
+                distribute.prepare_dataset(dataset(batches).repeat(), _data_strategy(args.strategy)),
                 steps_per_epoch=1, epochs=args.steps, verbose=0, shuffle=False
             )
             report["losses"] = [float(v) for v in history.history["loss"]]

@@ -1,0 +1,247 @@
+"""Multi-device and multi-host training (keras_transformer.distribute).
+
+The slow tests run tests/distributed_worker.py in subprocesses, because
+devices must be split before TensorFlow or JAX start: two logical CPUs for
+MirroredStrategy, two host devices for JAX, and two JAX processes on
+localhost for multi-host training. Each trains a tiny Transformer for five
+steps on the same global batches and compares losses and weights with one
+device. Measured on this machine (float32, dropout 0): MirroredStrategy with
+`GlobalTokenMean` and JAX DataParallel (one process or two) agree with one
+device to within 1e-6 in every step's loss; MirroredStrategy without it
+differs by 0.13 in the first loss (3 %), because replicas that received
+short sentences weigh their tokens more.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer import LabelSmoothedCrossEntropy, distribute
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+WORKER = REPO_ROOT / "tests" / "distributed_worker.py"
+TIMEOUT = 150
+# float32 sums in another order (per replica, then all-reduced).
+TOLERANCE = dict(rtol=1e-5, atol=1e-5)
+
+BACKEND = keras.config.backend()
+tensorflow_only = pytest.mark.skipif(BACKEND != "tensorflow", reason="tf.distribute needs the TensorFlow backend")
+jax_only = pytest.mark.skipif(BACKEND != "jax", reason="keras.distribution over JAX devices needs the JAX backend")
+
+
+def _env(backend, **extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "XLA_FLAGS")}
+    env.update(PYTHONPATH=str(REPO_ROOT), KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2", **extra)
+    return env
+
+
+def _load(prefix):
+    with open(f"{prefix}.json") as f:
+        report = json.load(f)
+    with np.load(f"{prefix}.npz") as weights:
+        report["weights"] = [weights[k] for k in sorted(weights.files, key=lambda k: int(k.split("_")[1]))]
+    return report
+
+
+def run_worker(out_dir, backend, *flags):
+    """Runs one worker process and returns its report (with its final weights)."""
+    prefix = str(Path(out_dir) / "_".join(f.strip("-") for f in flags or ("single",)))
+    result = subprocess.run(
+        [sys.executable, str(WORKER), *flags, "--out", prefix],
+        env=_env(backend),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return _load(prefix) if "--dropout-masks" not in flags else json.load(open(prefix + ".json"))
+
+
+def run_workers(out_dir, backend, flags_per_worker, env_per_worker):
+    """Runs workers side by side; kills them all if one hangs past TIMEOUT."""
+    processes = []
+    try:
+        for index, (flags, env) in enumerate(zip(flags_per_worker, env_per_worker)):
+            log = open(Path(out_dir) / f"worker{index}.log", "w")
+            processes.append(
+                subprocess.Popen(
+                    [sys.executable, str(WORKER), *flags, "--out", str(Path(out_dir) / f"worker{index}")],
+                    env=_env(backend, **env),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        codes = [p.wait(timeout=TIMEOUT) for p in processes]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    logs = [(Path(out_dir) / f"worker{i}.log").read_text() for i in range(len(processes))]
+    return codes, logs
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.fixture(scope="module")
+def single_device(tmp_path_factory):
+    """One-device training, the reference every distributed run is compared with."""
+    return run_worker(tmp_path_factory.mktemp("single"), BACKEND)
+
+
+def assert_same_training(run, reference):
+    np.testing.assert_allclose(run["losses"], reference["losses"], **TOLERANCE)
+    for got, expected in zip(run["weights"], reference["weights"], strict=True):
+        np.testing.assert_allclose(got, expected, **TOLERANCE)
+
+
+# Fast checks, on every backend.
+
+
+def test_unknown_and_foreign_strategies_are_refused():
+    with pytest.raises(ValueError, match="Unknown strategy"):
+        distribute.training_scope("horovod")
+    other = {"tensorflow": "jax-data-parallel", "jax": "mirrored", "torch": "mirrored"}[BACKEND]
+    with pytest.raises(ValueError, match="backend"):
+        distribute.training_scope(other)
+
+
+def test_multi_worker_mirrored_points_to_the_jax_path():
+    with pytest.raises(ValueError, match="KERAS_BACKEND=jax.*--coordinator"):
+        distribute.training_scope("multi-worker-mirrored")
+
+
+def test_initialize_checks_its_arguments():
+    if BACKEND != "jax":
+        with pytest.raises(ValueError, match="JAX backend"):
+            distribute.initialize("127.0.0.1:1234", 2, 0)
+        return
+    with pytest.raises(ValueError, match="process-id"):
+        distribute.initialize("127.0.0.1:1234", 2, 2)
+    with pytest.raises(ValueError, match="host:port"):
+        distribute.initialize("localhost", 2, 0)
+
+
+def test_global_token_mean_is_the_wrapped_loss_on_one_device():
+    rng = np.random.default_rng(0)
+    labels = np.array([[5, 3, 0, 0], [7, 0, 0, 0]])
+    logits = rng.normal(size=(2, 4, 9)).astype("float32")
+    inner = LabelSmoothedCrossEntropy(0.1)
+    wrapped = distribute.GlobalTokenMean(inner)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(wrapped(labels, logits)), keras.ops.convert_to_numpy(inner(labels, logits)), rtol=1e-6)
+    restored = distribute.GlobalTokenMean.from_config(wrapped.get_config())
+    assert restored.loss.label_smoothing == 0.1
+
+
+def test_prepare_dataset_casts_boolean_masks_only_for_mirrored():
+    import tensorflow as tf
+
+    data = tf.data.Dataset.from_tensors(({"ids": [4, 0], "mask": [True, False]}, [1, 0]))
+    x, _ = next(iter(distribute.prepare_dataset(data, "mirrored")))
+    assert x["mask"].dtype == tf.int32 and x["ids"].dtype == tf.int32
+    assert list(x["mask"].numpy()) == [1, 0]
+    assert distribute.prepare_dataset(data, "none") is data
+
+
+# MirroredStrategy on two logical CPUs.
+
+
+@pytest.mark.slow
+@tensorflow_only
+def test_mirrored_matches_one_device_with_global_token_mean(single_device, tmp_path):
+    run = run_worker(tmp_path, "tensorflow", "--strategy", "mirrored", "--devices", "2", "--global-token-mean")
+    assert run["replicas"] == 2
+    assert_same_training(run, single_device)
+
+
+@pytest.mark.slow
+@tensorflow_only
+def test_mirrored_without_global_token_mean_averages_replica_means(single_device, tmp_path):
+    # Keras' own scaling: mean over replicas of each replica's token mean.
+    # The worker's batches give replica 0 short sentences, so this differs.
+    run = run_worker(tmp_path, "tensorflow", "--strategy", "mirrored", "--devices", "2")
+    difference = abs(run["losses"][0] - single_device["losses"][0])
+    assert difference > 0.05, f"Keras now averages tokens globally (difference {difference}); GlobalTokenMean may be unnecessary"
+
+
+@pytest.mark.slow
+@tensorflow_only
+def test_mirrored_dropout_same_masks_on_every_replica_but_trains(tmp_path):
+    masks = run_worker(tmp_path, "tensorflow", "--strategy", "mirrored", "--devices", "2", "--dropout-masks")
+    assert masks["replicas"] == 2
+    # Keras 3 seeds dropout from one mirrored SeedGenerator: the replicas
+    # draw the same mask (on different examples). Documented, not fixed.
+    assert masks["identical_masks"], "replicas now draw different dropout masks: update distribute's docs"
+    run = run_worker(tmp_path, "tensorflow", "--strategy", "mirrored", "--devices", "2", "--global-token-mean", "--dropout", "0.3")
+    assert run["finite"] and run["losses"][-1] < run["losses"][0] + 0.5
+
+
+@pytest.mark.slow
+@tensorflow_only
+@pytest.mark.parametrize("dtype, optimizer", [("mixed_float16", "LossScaleOptimizer"), ("mixed_bfloat16", "Adam")])
+def test_mirrored_mixed_precision(single_device, tmp_path, dtype, optimizer):
+    run = run_worker(tmp_path, "tensorflow", "--strategy", "mirrored", "--devices", "2", "--global-token-mean", "--dtype", dtype)
+    assert run["optimizer"] == optimizer
+    assert run["finite"]
+    # Half-precision activations: measured within 0.004 of float32.
+    np.testing.assert_allclose(run["losses"], single_device["losses"], atol=0.02)
+
+
+# JAX: two host devices in one process, and two processes.
+
+
+@pytest.mark.slow
+@jax_only
+def test_jax_data_parallel_matches_one_device(single_device, tmp_path):
+    run = run_worker(tmp_path, "jax", "--strategy", "jax-data-parallel", "--devices", "2")
+    assert run["replicas"] == 2
+    assert_same_training(run, single_device)
+
+
+@pytest.mark.slow
+@jax_only
+def test_jax_two_processes_agree_on_weights(single_device, tmp_path):
+    (port,) = free_ports(1)
+    flags = [
+        ["--strategy", "jax-data-parallel", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)]
+        for i in range(2)
+    ]
+    codes, logs = run_workers(tmp_path, "jax", flags, [{}, {}])
+    assert codes == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+    first, second = _load(tmp_path / "worker0"), _load(tmp_path / "worker1")
+    assert first["replicas"] == second["replicas"] == 2
+    for a, b in zip(first["weights"], second["weights"], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert_same_training(first, single_device)
+
+
+# TensorFlow's MultiWorkerMirroredStrategy, verified rather than assumed.
+
+
+@pytest.mark.slow
+@tensorflow_only
+def test_multi_worker_mirrored_fit_fails_under_keras3(tmp_path):
+    ports = free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    envs = [{"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})} for i in range(2)]
+    flags = [["--strategy", "multi-worker-mirrored", "--global-token-mean"]] * 2
+    codes, logs = run_workers(tmp_path, "tensorflow", flags, envs)
+    # The workers connect and shard the data, then Keras' first-batch build
+    # reduces the dict of inputs, which the collective reduce cannot take.
+    assert codes != [0, 0], "MultiWorkerMirroredStrategy now trains under Keras 3: distribute may allow it"
+    assert "_maybe_symbolic_build" in logs[0] and "unsupported type" in logs[0], logs[0][-3000:]
