@@ -56,11 +56,19 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, FileNotFoundError, ValueError, TypeError, OSError) as error:
         if os.environ.get("KERAS_TRANSFORMER_DEBUG"):
             raise
-        print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
+        print(f"keras-transformer {args.command}: error: {_sentence(error)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"keras-transformer {args.command}: interrupted.", file=sys.stderr)
         return 1
+
+
+def _sentence(error: Exception) -> str:
+    """One line for the user; an OSError names its file in words, not as
+    "[Errno 2] No such file or directory: 'x'"."""
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        return f"cannot open {error.filename}: {error.strerror.lower()}."
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 if __name__ == "__main__":
