@@ -13,6 +13,8 @@ import sys
 import pytest
 from conftest import REPO_ROOT, make_model
 
+pytestmark = pytest.mark.slow  # each test starts Python and TensorFlow (~5-15 s)
+
 # TensorFlow's C++ start-up lines (absl logging ignores TF_CPP_MIN_LOG_LEVEL
 # before the CLI can set it); they are not the command's output.
 NATIVE_LOG = re.compile(r"^(WARNING: All log messages before absl|[IWEF]\d{4} |To enable the following instructions)")

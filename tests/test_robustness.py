@@ -1,16 +1,24 @@
 """Bad, empty, huge and arbitrary input to the tokenizer and `translate`."""
 
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
 import unicodedata
 
 import keras
 import numpy as np
 import pytest
 import sentencepiece
-from conftest import PAIRS, make_model
+from conftest import PAIRS, REPO_ROOT, make_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keras_transformer.sentences import split_sentences
+from keras_transformer.training import checkpoints
+from keras_transformer.training.callbacks import CURVES_CSV, read_curves
 
 LONG_TEXT = " ".join(p[0] for p in PAIRS[:4])  # four sentences, more than 14 tokens
 
@@ -198,3 +206,78 @@ def test_translate_never_crashes_on_any_string(tiny_model):
             assert translation == ""
 
     check()
+
+
+# --- Training killed with SIGKILL ----------------------------------------
+
+
+def start_training(folder, max_steps: int, every: int):
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        PYTHONUNBUFFERED="1",  # what was printed before a kill is not lost in a buffer
+    )
+    args = [
+        "train", "--src", folder / "train.en", "--tgt", folder / "train.de", "--out", folder / "run",
+        "--layers", "1", "--hidden-dim", "16", "--ff-dim", "32", "--heads", "2", "--dropout", "0",
+        "--vocab-size", "64", "--max-length", "16", "--tokens-per-batch", "64", "--warmup-steps", "4",
+        "--checkpoint-every-steps", str(every), "--checkpoint-every-minutes", "0",
+        # One "epoch" per step: curves.csv (rewritten atomically) then records
+        # every step reached, which measures the work a kill loses.
+        "--valid-every", "1", "--verbose", "0", "--max-steps", str(max_steps),
+    ]
+    return subprocess.Popen(
+        [sys.executable, "-m", "keras_transformer.cli", *map(str, args)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+
+
+def checkpoint_steps(run) -> list[int]:
+    steps = []
+    for path in checkpoints.list_checkpoints(str(run / "checkpoints")):
+        with np.load(path) as data:  # every checkpoint left is complete
+            assert all(np.isfinite(data[k]).all() for k in data.files if k.startswith("model/"))
+            steps.append(int(data["step"]))
+    return steps
+
+
+@pytest.mark.slow
+def test_training_killed_at_random_moments_resumes_losing_at_most_one_interval(tmp_path):
+    seed = random.randrange(1 << 30)
+    print(f"kill moments drawn with random.Random({seed})")
+    draw = random.Random(seed)
+    for name, side in (("train.en", 0), ("train.de", 1)):
+        (tmp_path / name).write_text("".join(p[side] + "\n" for p in PAIRS * 5))
+    run, every, max_steps = tmp_path / "run", 3, 30
+    expected_resume = None
+    for kill in range(3):
+        process = start_training(tmp_path, max_steps, every)
+        try:
+            # Let it make progress past where it (re)started, then kill it at
+            # a random moment: mid-step, mid-checkpoint, mid-curves.
+            start = max(checkpoint_steps(run), default=0)
+            deadline = time.monotonic() + 120
+            while max(checkpoint_steps(run), default=0) <= start:
+                assert process.poll() is None, process.stdout.read()
+                assert time.monotonic() < deadline, "no checkpoint within 2 minutes"
+                time.sleep(0.05)
+            time.sleep(draw.uniform(0.0, 2.0))
+            assert process.poll() is None, "finished before it could be killed"
+        finally:
+            process.send_signal(signal.SIGKILL)
+            output = process.communicate()[0]
+        if expected_resume is not None:
+            assert f"at step {expected_resume}." in output, output
+        steps = checkpoint_steps(run)
+        assert steps == list(range(every, steps[-1] + 1, every))  # none lost, none damaged
+        reached = int(read_curves(str(run / CURVES_CSV))[-1]["step"])
+        # The step being trained at the kill is at most reached + 1, and the
+        # newest checkpoint at most one interval behind it.
+        assert reached + 1 - steps[-1] <= every, (reached, steps)
+        expected_resume = steps[-1]
+
+    process = start_training(tmp_path, max_steps, every)
+    output = process.communicate(timeout=300)[0]
+    assert process.returncode == 0, output
+    assert f"at step {expected_resume}." in output and f"trained to step {max_steps}" in output
+    assert checkpoint_steps(run) == list(range(every, max_steps + 1, every))
