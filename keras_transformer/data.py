@@ -278,6 +278,8 @@ def token_batches(
     repeat: bool = False,
     seed: int | None = None,
     shuffle_buffer: int = 100_000,
+    batch_multiple: int = 1,
+    drop_remainder: bool = False,
 ) -> tf.data.Dataset:
     """Batches of about `tokens_per_batch` source and target tokens each.
 
@@ -299,6 +301,10 @@ def token_batches(
         repeat: repeat forever, for step-based training.
         seed: shuffle seed.
         shuffle_buffer: pairs in the shuffle buffer.
+        batch_multiple: make every batch size a multiple of this, e.g. the
+            number of devices that split each batch.
+        drop_remainder: drop each bucket's last, smaller batch of a pass, so
+            that every batch size is a multiple of `batch_multiple`.
 
     Returns:
         A `tf.data.Dataset` of `(x, y, sample_weight)`: `x` has
@@ -307,11 +313,12 @@ def token_batches(
         `target </s>`; `sample_weight` is 1 on real target tokens, 0 on padding.
     """
     lengths = bucket_lengths(pairs.max_length, bucket_width)
-    if tokens_per_batch < lengths[-1]:
+    if tokens_per_batch < lengths[-1] * batch_multiple:
         raise ValueError(
-            f"tokens_per_batch={tokens_per_batch} cannot hold even one pair of "
-            f"the longest bucket ({lengths[-1]} tokens); raise it or lower max_length."
+            f"tokens_per_batch={tokens_per_batch} cannot hold even {batch_multiple} pair(s) "
+            f"of the longest bucket ({lengths[-1]} tokens); raise it or lower max_length."
         )
+    batch_sizes = [tokens_per_batch // length // batch_multiple * batch_multiple for length in lengths]
     dataset = tf.data.Dataset.from_tensor_slices((pairs.sources, pairs.targets))
     if shuffle:
         dataset = dataset.shuffle(min(len(pairs), shuffle_buffer) or 1, seed=seed)
@@ -335,9 +342,10 @@ def token_batches(
             tf.shape(e["encoder_token_ids"])[0], tf.shape(e["labels"])[0]
         ),
         bucket_boundaries=[length + 1 for length in lengths],
-        bucket_batch_sizes=[tokens_per_batch // length for length in lengths] + [1],
+        bucket_batch_sizes=batch_sizes + [batch_multiple],
         padding_values=PAD_ID,
         pad_to_bucket_boundary=True,
+        drop_remainder=drop_remainder,
     )
     dataset = dataset.map(_to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE)

@@ -139,5 +139,13 @@ def test_batches_hold_every_pair_once_in_the_model_layout(corpus_tokenizer):
 
 def test_tokens_per_batch_too_small_is_an_error(corpus_tokenizer):
     pairs = data.tokenize_pairs(["a dog"], ["ein hund"], corpus_tokenizer, max_length=64)
-    with pytest.raises(ValueError, match="cannot hold even one pair"):
+    with pytest.raises(ValueError, match="cannot hold even 1 pair"):
         data.token_batches(pairs, 32)
+
+
+def test_batch_sizes_divide_among_devices(corpus_tokenizer):
+    sources, targets = random_corpus(100)
+    pairs = data.tokenize_pairs(sources, targets, corpus_tokenizer, max_length=64)
+    batches = data.token_batches(pairs, 256, shuffle=False, batch_multiple=4, drop_remainder=True)
+    sizes = [int(x["encoder_token_ids"].shape[0]) for x, _, _ in batches]
+    assert sizes and all(size % 4 == 0 and size > 0 for size in sizes)

@@ -71,6 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     recipe.add_argument("--dtype", choices=("float32", "mixed_bfloat16", "mixed_float16"), default="float32")
     recipe.add_argument("--strategy", choices=("none", "mirrored", "jax-data-parallel"), default="none")
     recipe.add_argument("--seed", type=int, default=1)
+    recipe.add_argument("--coordinator", help="multi-host JAX: host:port of process 0 (with --strategy jax-data-parallel)")
+    recipe.add_argument("--num-processes", type=int, default=1, help="multi-host JAX: number of processes")
+    recipe.add_argument("--process-id", type=int, default=0, help="multi-host JAX: this process (0 writes the run folder)")
     recipe.add_argument("--checkpoint-every-steps", type=int, help="save every this many updates")
     recipe.add_argument("--checkpoint-every-minutes", type=float, default=10.0, help="save every this many minutes (paper: 10; 0 turns it off)")
     recipe.add_argument("--keep-checkpoints", type=int, help="keep only the newest this many checkpoints")
@@ -145,10 +148,14 @@ def run(args: argparse.Namespace) -> int:
     import keras
     import tensorflow as tf
 
-    from keras_transformer import data, distribute
+    from keras_transformer import LabelSmoothedCrossEntropy, data, distribute
     from keras_transformer.training import checkpoints
     from keras_transformer.training.callbacks import StopAtStep, TrainingMonitor
 
+    if args.coordinator:
+        # Before anything touches a JAX device.
+        distribute.initialize(args.coordinator, args.num_processes, args.process_id)
+    chief = args.process_id == 0  # the one process that writes the run folder
     # Before any tokenizer exists: tf.random.set_seed clears TF's eager
     # resources, which breaks the SentencePiece op afterwards.
     keras.utils.set_random_seed(args.seed)
@@ -172,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
     if args.valid_src:
         valid = _read(args.valid_src, args.valid_tgt, args.skip_bad, "validation")
 
-    tokenizer = _vocabulary(args, train_sources + train_targets)
+    tokenizer = _vocabulary(args, train_sources + train_targets, write=chief)
     train_pairs = data.tokenize_pairs(train_sources, train_targets, tokenizer, args.max_length)
     source_tokens, target_tokens = train_pairs.num_tokens()
     print(
@@ -193,14 +200,19 @@ def run(args: argparse.Namespace) -> int:
         "vocabulary_size": tokenizer.vocabulary_size(),
         "max_sequence_length": max(args.max_length, architecture.get("max_sequence_length", 0)),
     }
-    with open(run_file + ".tmp", "w") as f:
-        json.dump({"backbone": backbone_config, "arguments": {k: v for k, v in vars(args).items() if k != "run"}}, f, indent=2, default=str)
-    os.replace(run_file + ".tmp", run_file)
+    if chief:
+        with open(run_file + ".tmp", "w") as f:
+            json.dump({"backbone": backbone_config, "arguments": {k: v for k, v in vars(args).items() if k != "run"}}, f, indent=2, default=str)
+        os.replace(run_file + ".tmp", run_file)
 
     checkpoint_dir = os.path.join(args.out, CHECKPOINT_DIR)
-    with distribute.training_scope(args.strategy):
+    with distribute.training_scope(args.strategy) as scope:
+        replicas = distribute.num_replicas(scope)
         model = build_model(backbone_config, tokenizer, args.max_length)
-        compile_model(model, args)
+        loss = "auto"
+        if args.strategy == "mirrored":
+            loss = distribute.GlobalTokenMean(LabelSmoothedCrossEntropy(args.label_smoothing))
+        compile_model(model, args, loss=loss)
         step = 0
         last = checkpoints.latest_checkpoint(checkpoint_dir)
         if last:
@@ -210,12 +222,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"{args.out} has already reached step {step} (--max-steps {args.max_steps}).")
             return 0
 
+        # Every batch splits evenly over the devices.
         train_data = data.token_batches(
-            train_pairs, args.tokens_per_batch, repeat=True, seed=args.seed + step
+            train_pairs, args.tokens_per_batch, repeat=True, seed=args.seed + step, batch_multiple=replicas
         )
+        train_data = distribute.prepare_dataset(train_data, args.strategy)
         valid_data = None
         if valid_pairs:
-            valid_data = data.token_batches(valid_pairs, args.tokens_per_batch, shuffle=False)
+            valid_data = data.token_batches(
+                valid_pairs, args.tokens_per_batch, shuffle=False,
+                batch_multiple=replicas, drop_remainder=replicas > 1,
+            )
+            valid_data = distribute.prepare_dataset(valid_data, args.strategy)
             # Bucketing hides the number of batches from Keras, which then
             # warns that the data "ran out"; count them once.
             batches = int(valid_data.reduce(0, lambda count, _: count + 1))
@@ -227,21 +245,18 @@ def run(args: argparse.Namespace) -> int:
             keep=args.keep_checkpoints,
         )
         nan_guard = checkpoints.StopOnNaN(saver)
-        monitor = TrainingMonitor(args.out)
-        callbacks = [
-            saver,
-            nan_guard,
-            StopAtStep(args.max_steps),
-            monitor,
-        ]
-        if importlib.util.find_spec("tensorboard"):
-            callbacks.append(
-                keras.callbacks.TensorBoard(
-                    os.path.join(args.out, "logs"), update_freq=args.log_every * args.accumulate
+        monitor = TrainingMonitor(args.out if chief else None)
+        callbacks = [nan_guard, StopAtStep(args.max_steps), monitor]
+        if chief:
+            callbacks.insert(0, saver)
+            if importlib.util.find_spec("tensorboard"):
+                callbacks.append(
+                    keras.callbacks.TensorBoard(
+                        os.path.join(args.out, "logs"), update_freq=args.log_every * args.accumulate
+                    )
                 )
-            )
-        else:
-            print("TensorBoard is not installed (pip install tensorboard): no TensorBoard logs.")
+            else:
+                print("TensorBoard is not installed (pip install tensorboard): no TensorBoard logs.")
         # One "epoch" is --valid-every updates: a validation and a curve point.
         initial_epoch = step // args.valid_every
         epochs = initial_epoch + math.ceil((args.max_steps - step) / args.valid_every)
@@ -264,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _vocabulary(args, sentences):
+def _vocabulary(args, sentences, write=True):
     from keras_transformer import TransformerTokenizer, train_tokenizer
 
     path = os.path.join(args.out, VOCABULARY_FILE)
@@ -273,9 +288,16 @@ def _vocabulary(args, sentences):
     elif os.path.exists(path):
         print(f"using the vocabulary of this run, {path}.")
         return TransformerTokenizer(proto=path)
+    elif args.num_processes > 1:
+        raise ValueError(
+            "with several processes, give every one the same --vocabulary (train it with one "
+            "process first, e.g. a run with --max-steps 0), so that all agree on it."
+        )
     else:
         print(f"training a shared vocabulary of {args.vocab_size} subwords on the training data.")
         tokenizer = train_tokenizer(sentences, args.vocab_size)
+    if not write:
+        return tokenizer
     with open(path + ".tmp", "wb") as f:
         f.write(tokenizer.proto)
     os.replace(path + ".tmp", path)
@@ -292,7 +314,7 @@ def build_model(backbone_config: dict, tokenizer, max_length: int):
     )
 
 
-def compile_model(model, args) -> None:
+def compile_model(model, args, loss="auto") -> None:
     """The paper's Adam and schedule, with --peak-lr and --accumulate."""
     from keras_transformer import MaskedAccuracy, TransformerSchedule, paper_optimizer
     from keras_transformer.training.callbacks import TargetTokens
@@ -311,6 +333,7 @@ def compile_model(model, args) -> None:
         accumulation = {"gradient_accumulation_steps": args.accumulate}
     model.compile(
         optimizer=paper_optimizer(hidden_dim, warmup, scale, **accumulation),
+        loss=loss,
         label_smoothing=args.label_smoothing,
         weighted_metrics=[MaskedAccuracy(), TargetTokens()],
     )

@@ -42,7 +42,8 @@ class TargetTokens(keras.metrics.Metric):
         self.count.assign_add(ops.sum(ops.cast(ops.not_equal(y_true, self.pad_token_id), "float32")))
 
     def result(self):
-        return self.count
+        # A tensor, not the variable itself (JAX cannot trace a variable out).
+        return ops.cast(self.count, "float32")
 
     def reset_state(self):
         self.count.assign(0.0)
@@ -71,11 +72,12 @@ class TrainingMonitor(keras.callbacks.Callback):
     validation BLEU logged as `val_bleu`, against the step.
 
     Args:
-        directory: where `curves.csv` and `training_curves.png` go.
+        directory: where `curves.csv` and `training_curves.png` go; `None`
+            writes nothing (e.g. on all but one process of a multi-host run).
         plot: `False` to skip the PNG (needs matplotlib).
     """
 
-    def __init__(self, directory: str, plot: bool = True):
+    def __init__(self, directory: str | None, plot: bool = True):
         super().__init__()
         self.directory = directory
         self.plot = plot
@@ -119,6 +121,8 @@ class TrainingMonitor(keras.callbacks.Callback):
             "step": int(ops.convert_to_numpy(self.model.optimizer.iterations)),
             **{k: float(v) for k, v in logs.items() if np.ndim(v) == 0},
         }
+        if self.directory is None:
+            return
         os.makedirs(self.directory, exist_ok=True)
         path = os.path.join(self.directory, CURVES_CSV)
         rows = read_curves(path) + [row]
