@@ -28,8 +28,14 @@ from keras_transformer import LabelSmoothedCrossEntropy, distribute
 REPO_ROOT = Path(__file__).resolve().parents[1]
 WORKER = REPO_ROOT / "tests" / "distributed_worker.py"
 TIMEOUT = 150
-# float32 sums in another order (per replica, then all-reduced).
-TOLERANCE = dict(rtol=1e-5, atol=1e-5)
+# float32 sums in another order (per replica, then all-reduced): measured
+# 2.4e-7 (TF) and 7.2e-7 (JAX) at most in the losses. Weights differ more,
+# 7.5e-5 (TF) and 1.0e-4 (JAX) at most after 5 Adam steps of 0.01, because
+# Adam divides by the gradient's own scale: weights whose gradients are
+# almost 0 move by rounding noise. 5e-4 is 1 % of what Adam can move a
+# weight in 5 steps.
+LOSS_TOLERANCE = dict(rtol=1e-5, atol=1e-5)
+WEIGHT_TOLERANCE = dict(rtol=0, atol=5e-4)
 
 BACKEND = keras.config.backend()
 tensorflow_only = pytest.mark.skipif(BACKEND != "tensorflow", reason="tf.distribute needs the TensorFlow backend")
@@ -105,9 +111,9 @@ def single_device(tmp_path_factory):
 
 
 def assert_same_training(run, reference):
-    np.testing.assert_allclose(run["losses"], reference["losses"], **TOLERANCE)
+    np.testing.assert_allclose(run["losses"], reference["losses"], **LOSS_TOLERANCE)
     for got, expected in zip(run["weights"], reference["weights"], strict=True):
-        np.testing.assert_allclose(got, expected, **TOLERANCE)
+        np.testing.assert_allclose(got, expected, **WEIGHT_TOLERANCE)
 
 
 # Fast checks, on every backend.
