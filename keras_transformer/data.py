@@ -18,7 +18,7 @@ The pieces, from files to model-ready batches:
 Example:
 >>> import keras_transformer as kt
 >>> tokenizer = kt.train_tokenizer(["a dog runs .", "ein hund rennt ."] * 20, 40)
->>> pairs = tokenize_pairs(["a dog runs ."] * 8, ["ein hund rennt ."] * 8, tokenizer)
+>>> pairs = tokenize_pairs(["a dog runs ."] * 8, ["ein hund rennt ."] * 8, tokenizer, max_length=16)
 >>> x, y, w = next(iter(token_batches(pairs, tokens_per_batch=64, bucket_width=8)))
 >>> tuple(x["encoder_token_ids"].shape)
 (8, 8)

@@ -16,6 +16,7 @@ Example, Multi30k's Transformer-Tiny recipe:
 """
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
@@ -191,10 +192,6 @@ def run(args: argparse.Namespace) -> int:
         valid_pairs = data.tokenize_pairs(*valid, tokenizer, args.max_length)
         print(f"validation: {len(valid_pairs)} pairs; {valid_pairs.dropped} too long, dropped.")
 
-    if args.dtype != "float32":
-        # The global policy makes compile() wrap the optimizer in a
-        # LossScaleOptimizer for mixed_float16.
-        keras.config.set_dtype_policy(args.dtype)
     backbone_config = {
         **architecture,
         "vocabulary_size": tokenizer.vocabulary_size(),
@@ -206,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
         os.replace(run_file + ".tmp", run_file)
 
     checkpoint_dir = os.path.join(args.out, CHECKPOINT_DIR)
-    with distribute.training_scope(args.strategy) as scope:
+    with _dtype_policy(args.dtype), distribute.training_scope(args.strategy) as scope:
         replicas = distribute.num_replicas(scope)
         model = build_model(backbone_config, tokenizer, args.max_length)
         loss = "auto"
@@ -277,6 +274,23 @@ def run(args: argparse.Namespace) -> int:
         f"{monitor.tokens_per_second:.0f} target tokens/s; last checkpoint {saver.last_path}."
     )
     return 0
+
+
+@contextlib.contextmanager
+def _dtype_policy(name: str):
+    """Sets Keras' global dtype policy for the block, then restores it.
+
+    The global policy (not only the backbone's) makes `compile()` wrap the
+    optimizer in a `LossScaleOptimizer` for `mixed_float16`.
+    """
+    import keras
+
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
 
 
 def _vocabulary(args, sentences, write=True):

@@ -6,10 +6,10 @@ Example:
 >>> model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
 ...               weighted_metrics=[TargetTokens()])
 >>> monitor = TrainingMonitor(tempfile.mkdtemp())
->>> history = model.fit(np.ones((4, 3)), np.array([1, 2, 0, 0]), epochs=2,
-...                     callbacks=[monitor], verbose=0)
->>> monitor.total_tokens  # labels other than padding (0), two epochs
-4
+>>> history = model.fit(np.ones((4, 3)), np.array([1, 2, 3, 0]), batch_size=2,
+...                     epochs=2, shuffle=False, callbacks=[monitor], verbose=0)
+>>> monitor.total_tokens  # non-padding labels of each epoch's 2nd batch (the 1st is not timed)
+2
 """
 
 import csv
@@ -54,6 +54,8 @@ class TargetTokens(keras.metrics.Metric):
 
 def current_learning_rate(optimizer) -> float:
     """The learning rate the optimizer uses at its current step."""
+    # A LossScaleOptimizer (mixed_float16) holds the schedule in its inner one.
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)
     return float(ops.convert_to_numpy(optimizer._get_current_learning_rate()))
 
 
