@@ -133,3 +133,15 @@ def test_preprocessor_layout(tokenizer):
 def test_generate_rejects_bad_beam_size(trained_model):
     with pytest.raises(ValueError, match="beam_size"):
         trained_model.generate(["a dog"], beam_size=0)
+
+
+def test_decoding_compiles_once_per_length_bucket(trained_model):
+    if keras.config.backend() != "tensorflow":
+        pytest.skip("counts tf.function traces; jax.jit caches by shape the same way")
+    trained_model.translate(["a dog runs ."], beam_size=2)
+    function = next(iter(trained_model._search_functions.values()))
+    traces = function.experimental_get_tracing_count()
+    # Other sentences of the same batch size and source bucket reuse the graph.
+    trained_model.translate(["two cats play ."], beam_size=2)
+    trained_model.translate(["a man walks . a dog"], beam_size=2)
+    assert function.experimental_get_tracing_count() == traces
