@@ -57,6 +57,31 @@ def test_checkpoint_resume_restores_step_optimizer_and_learning_rate(tmp_path, t
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.skipif(
+    keras.config.backend() == "jax", reason="JAX on CPU has no float16 matmul (dot_general F16_F16_F32)"
+)
+def test_checkpoint_resume_with_mixed_float16_loss_scaling(tmp_path, tokenizer, batches):
+    args = argparse.Namespace(peak_lr=None, warmup_steps=4, accumulate=2, label_smoothing=0.1)
+
+    def build(seed):
+        keras.utils.set_random_seed(seed)
+        with train_command._dtype_policy("mixed_float16"):
+            backbone = kt.TransformerBackbone(vocabulary_size=tokenizer.vocabulary_size(), **TINY)
+            model = kt.Transformer(backbone=backbone)
+            train_command.compile_model(model, args)
+        return model
+
+    model = build(0)
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    model.fit(batches, steps_per_epoch=4, epochs=1, verbose=0, shuffle=False)
+    path = checkpoints.save_checkpoint(model, str(tmp_path))
+    resumed = build(1)
+    assert checkpoints.restore_checkpoint(resumed, path) == 2  # 4 micro-batches, 2 updates
+    for a, b in zip(optimizer_state(model), optimizer_state(resumed)):
+        np.testing.assert_array_equal(a, b)
+    assert keras.config.dtype_policy().name == "float32"  # the policy was restored
+
+
 def test_periodic_checkpoints_by_steps_keep_the_newest(tmp_path, tokenizer, batches):
     model = tiny_transformer(tokenizer)
     saver = checkpoints.PeriodicCheckpoint(str(tmp_path), every_steps=2, keep=2)
