@@ -10,17 +10,41 @@
   `initialize(coordinator, num_processes, process_id)` it spans every
   process (host): this is Keras 3's multi-host path.
 
-TensorFlow's `MultiWorkerMirroredStrategy` is refused: Keras 3's `fit`
-does not run under it (tests/test_distributed.py records what happens).
+A training run then looks like this (every process of a multi-host job runs
+the same code with its own `process_id`):
 
-Under `"mirrored"`, Keras divides each replica's loss by the number of
-replicas, and a loss with reduction `"mean_with_sample_weight"` (like
-`LabelSmoothedCrossEntropy`) divides by the replica's own token count: the
-update is then the mean of per-replica token means, not the token mean of
-the global batch. Wrap the loss in `GlobalTokenMean` to divide by the
-global token count instead, which makes training on N replicas match one
-device. On JAX the loss is computed on the global batch, so no wrapper is
-needed there.
+    initialize("10.0.0.1:1234", num_processes=2, process_id=0)  # JAX, several hosts
+    with training_scope(strategy):
+        model = ...  # built and compiled here
+        model.compile(loss=GlobalTokenMean(LabelSmoothedCrossEntropy(0.1)), ...)
+        model.fit(prepare_dataset(batches, strategy), ...)
+
+What Keras 3.15 does under these strategies, and what this module does
+about it (tests/test_distributed.py checks each point):
+
+- Loss scaling: under `"mirrored"`, Keras divides each replica's loss by
+  the number of replicas, and a loss with reduction
+  `"mean_with_sample_weight"` (like `LabelSmoothedCrossEntropy`) divides by
+  the replica's own token count, so the update follows the mean of
+  per-replica token means, not the token mean of the global batch (3 % off
+  in the first loss of the test's batches). `GlobalTokenMean` divides by the
+  global token count instead; two replicas then match one device to 1e-6.
+  On JAX the loss is computed on the global batch: no wrapper is needed.
+- Batches: token-bucketed batches vary in size and boolean padding masks
+  break Keras' mirrored build; `prepare_dataset` pads and casts them.
+- Dropout: Keras 3 seeds dropout from one `SeedGenerator` whose state is
+  mirrored, so every replica draws the same mask (applied to different
+  examples). Training is correct, with less mask diversity than on one
+  device; this module does not change Keras' layers.
+- Mixed precision: `mixed_float16` (Keras wraps the optimizer in a
+  `LossScaleOptimizer` at compile time) and `mixed_bfloat16` train under
+  `"mirrored"` without NaNs.
+- TensorFlow's `MultiWorkerMirroredStrategy` is refused: with two workers
+  on localhost the cluster forms and the data is sharded, but Keras 3's
+  `fit` fails building the model from the first batch
+  (`strategy.reduce("MEAN", ...)` on the dict of inputs: "Attempt to convert
+  a value ({'encoder_token_ids': PerReplica:...}) with an unsupported type
+  (<class 'dict'>) to a Tensor.").
 
 Example:
 >>> import keras
@@ -67,7 +91,9 @@ def training_scope(strategy: str = "none") -> contextlib.AbstractContextManager:
                 f"--strategy jax-data-parallel needs the JAX backend (KERAS_BACKEND=jax); "
                 f"this is {backend}. On TensorFlow use --strategy mirrored."
             )
-        return _distribution_scope(keras.distribution.DataParallel())
+        # prepare_dataset gives each process its rows; Keras' own sharding
+        # needs a fixed batch size, which token-bucketed batches lack.
+        return _distribution_scope(keras.distribution.DataParallel(auto_shard_dataset=False))
     if strategy == MULTI_WORKER_MIRRORED:
         raise ValueError(
             "TensorFlow's MultiWorkerMirroredStrategy does not work with Keras 3's model.fit. "
@@ -80,28 +106,55 @@ def training_scope(strategy: str = "none") -> contextlib.AbstractContextManager:
 def prepare_dataset(dataset, strategy: str = "none"):
     """Adapts a batched `tf.data.Dataset` of `(x, y, ...)` to a strategy.
 
-    Under `"mirrored"`, Keras 3 builds the model from the mean over replicas
-    of the first batch (`strategy.reduce("MEAN", ...)`), which fails on
-    boolean tensors ("Value for attr 'T' of bool is not in the list of
-    allowed values ... AddN"); boolean padding masks become int32, which
-    `TransformerBackbone` takes as well. Other strategies get the dataset
-    unchanged.
+    Call it inside `training_scope(strategy)`. Token-bucketed batches vary
+    in size, but every device must get an equal share of each global batch:
+    batches are padded with all-padding rows (zeros: pad ids, masks 0,
+    labels 0, weights 0, which no loss or metric counts) to a multiple of
+    the number of devices. On several JAX processes, every process reads the
+    same global batches (same data, same seed) and this keeps the rows of
+    its own process; Keras assembles them into the global batch.
+
+    Under `"mirrored"`, boolean tensors also become int32: Keras 3 builds the
+    model from the mean over replicas of the first batch
+    (`strategy.reduce("MEAN", ...)`), which fails on booleans ("Value for
+    attr 'T' of bool is not in the list of allowed values ... AddN").
+    `TransformerBackbone` takes int32 padding masks as well.
+
+    With `"none"`, the dataset is returned unchanged.
 
     Example:
     >>> import tensorflow as tf
-    >>> data = tf.data.Dataset.from_tensors(({"mask": [True, False]}, [1, 0]))
-    >>> x, y = next(iter(prepare_dataset(data, "mirrored")))
-    >>> x["mask"].dtype.name
-    'int32'
+    >>> data = tf.data.Dataset.from_tensors(({"mask": [[True, False]]}, [[1, 0]]))
+    >>> with training_scope("none"):
+    ...     prepare_dataset(data, "none") is data
+    True
     """
-    if strategy != "mirrored":
+    if strategy == "none":
         return dataset
     import tensorflow as tf
 
-    def cast(*batch):
-        return tf.nest.map_structure(lambda t: tf.cast(t, "int32") if t.dtype == tf.bool else t, batch)
+    if strategy == "mirrored":
+        devices, processes, process = tf.distribute.get_strategy().num_replicas_in_sync, 1, 0
+    else:
+        import jax
 
-    return dataset.map(cast, num_parallel_calls=tf.data.AUTOTUNE)
+        devices, processes, process = jax.device_count(), jax.process_count(), jax.process_index()
+
+    def share(*batch):
+        rows = tf.shape(tf.nest.flatten(batch)[0])[0]
+        padded_rows = -(-rows // devices) * devices
+        per_process = padded_rows // processes
+
+        def pad_and_slice(tensor):
+            if strategy == "mirrored" and tensor.dtype == tf.bool:
+                tensor = tf.cast(tensor, "int32")
+            padding = [[0, padded_rows - rows]] + [[0, 0]] * (len(tensor.shape) - 1)
+            tensor = tf.pad(tensor, padding)
+            return tensor[process * per_process : (process + 1) * per_process]
+
+        return tf.nest.map_structure(pad_and_slice, batch)
+
+    return dataset.map(share, num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def initialize(coordinator: str, num_processes: int, process_id: int) -> None:
@@ -138,6 +191,19 @@ def initialize(coordinator: str, num_processes: int, process_id: int) -> None:
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     keras.distribution.initialize(coordinator, num_processes=num_processes, process_id=process_id)
+
+
+def is_chief() -> bool:
+    """Whether this process writes the run's files (process 0 of a JAX job).
+
+    Every process of a multi-host job holds the same weights; only one
+    should write checkpoints, logs and presets to a shared folder.
+    """
+    if keras.config.backend() != "jax":
+        return True
+    import jax
+
+    return jax.process_index() == 0
 
 
 def num_replicas(scope=None) -> int:

@@ -61,20 +61,24 @@ def configure_devices(args):
 
 
 def token_batches(batch_size, steps):
-    """Fixed batches whose real lengths vary, so that replicas see different token counts."""
+    """Fixed batches whose sizes and real lengths vary, like token-bucketed ones.
+
+    Every other batch has one row less (7 rows cannot be split evenly over
+    2 devices), and the first half of each batch (replica 0) is much shorter
+    than the second: per-replica token means then differ from the global one.
+    """
     import numpy as np
 
     rng = np.random.default_rng(0)
     batches = []
-    for _ in range(steps):
-        lengths = rng.integers(2, SEQUENCE_LENGTH, size=(batch_size,))
-        # The first half of the batch (replica 0) is much shorter than the
-        # second: per-replica token means then differ from the global one.
-        lengths[: batch_size // 2] = rng.integers(1, 3, size=(batch_size // 2,))
-        ids = rng.integers(4, VOCABULARY_SIZE, size=(batch_size, SEQUENCE_LENGTH))
+    for step in range(steps):
+        rows = batch_size - step % 2
+        lengths = rng.integers(2, SEQUENCE_LENGTH, size=(rows,))
+        lengths[: rows // 2] = rng.integers(1, 3, size=(rows // 2,))
+        ids = rng.integers(4, VOCABULARY_SIZE, size=(rows, SEQUENCE_LENGTH))
         mask = np.arange(SEQUENCE_LENGTH)[None, :] < lengths[:, None]
         ids = np.where(mask, ids, 0).astype("int32")
-        labels = np.concatenate([ids[:, 1:], np.zeros((batch_size, 1), "int32")], axis=1)
+        labels = np.concatenate([ids[:, 1:], np.zeros((rows, 1), "int32")], axis=1)
         x = {
             "encoder_token_ids": ids,
             "encoder_padding_mask": mask,
@@ -178,6 +182,7 @@ def main(argv=None):
             )
             report["losses"] = [float(v) for v in history.history["loss"]]
             report["replicas"] = distribute.num_replicas(scope)
+        report["chief"] = distribute.is_chief()
         weights = [np.asarray(keras.ops.convert_to_numpy(w), "float32") for w in model.weights]
         report["optimizer"] = type(model.optimizer).__name__
         report["finite"] = bool(all(np.isfinite(w).all() for w in weights)) and bool(np.isfinite(report["losses"]).all())

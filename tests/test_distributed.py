@@ -143,6 +143,11 @@ def test_initialize_checks_its_arguments():
         distribute.initialize("localhost", 2, 0)
 
 
+def test_a_single_process_is_the_chief():
+    assert distribute.is_chief()
+    assert distribute.num_replicas(None) == 1
+
+
 def test_global_token_mean_is_the_wrapped_loss_on_one_device():
     rng = np.random.default_rng(0)
     labels = np.array([[5, 3, 0, 0], [7, 0, 0, 0]])
@@ -154,13 +159,10 @@ def test_global_token_mean_is_the_wrapped_loss_on_one_device():
     assert restored.loss.label_smoothing == 0.1
 
 
-def test_prepare_dataset_casts_boolean_masks_only_for_mirrored():
+def test_prepare_dataset_is_a_no_op_without_strategy():
     import tensorflow as tf
 
-    data = tf.data.Dataset.from_tensors(({"ids": [4, 0], "mask": [True, False]}, [1, 0]))
-    x, _ = next(iter(distribute.prepare_dataset(data, "mirrored")))
-    assert x["mask"].dtype == tf.int32 and x["ids"].dtype == tf.int32
-    assert list(x["mask"].numpy()) == [1, 0]
+    data = tf.data.Dataset.from_tensors(({"ids": [[4, 0]], "mask": [[True, False]]}, [[1, 0]]))
     assert distribute.prepare_dataset(data, "none") is data
 
 
@@ -233,6 +235,7 @@ def test_jax_two_processes_agree_on_weights(single_device, tmp_path):
     assert first["replicas"] == second["replicas"] == 2
     for a, b in zip(first["weights"], second["weights"], strict=True):
         np.testing.assert_array_equal(a, b)
+    assert first["chief"] and not second["chief"]
     assert_same_training(first, single_device)
 
 
