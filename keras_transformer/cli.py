@@ -22,16 +22,12 @@ COMMANDS = {
 }
 
 
-def _available_commands() -> dict:
-    """The subcommands whose module exists (others are still being written)."""
-    found = {}
-    for name, help_text in COMMANDS.items():
-        try:
-            found[name] = (importlib.import_module(f"keras_transformer.commands.{name}"), help_text)
-        except ModuleNotFoundError as error:
-            if error.name != f"keras_transformer.commands.{name}":
-                raise
-    return found
+def _commands() -> dict:
+    """Each subcommand's module and one-line help."""
+    return {
+        name: (importlib.import_module(f"keras_transformer.commands.{name}"), help_text)
+        for name, help_text in COMMANDS.items()
+    }
 
 
 def build_parser(commands: dict) -> argparse.ArgumentParser:
@@ -49,7 +45,7 @@ def build_parser(commands: dict) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    parser = build_parser(_available_commands())
+    parser = build_parser(_commands())
     args = parser.parse_args(argv)
     try:
         return int(args.run(args) or 0)
