@@ -287,3 +287,14 @@ def test_training_killed_at_random_moments_resumes_losing_at_most_one_interval(t
     assert process.returncode == 0, output
     assert f"at step {expected_resume}." in output and f"trained to step {max_steps}" in output
     assert checkpoint_steps(run) == list(range(every, max_steps + 1, every))
+    assert not [name for name in os.listdir(run / "checkpoints") if name.startswith(".tmp-")]
+
+
+def test_a_resumed_run_removes_temporaries_of_a_killed_save(tmp_path):
+    stale = tmp_path / ".tmp-abc123.npz"
+    stale.write_bytes(b"half a checkpoint")
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    saver = checkpoints.PeriodicCheckpoint(str(tmp_path), every_steps=1)
+    model.fit(np.ones((2, 2)), np.ones((2, 1)), batch_size=2, verbose=0, callbacks=[saver])
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-00000001.npz"]

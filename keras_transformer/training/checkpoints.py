@@ -209,6 +209,10 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         self._last_time = time.monotonic()
 
     def on_train_begin(self, logs=None):
+        # A run killed mid-save leaves its temporary file behind (a whole
+        # checkpoint's size); the run resuming in this folder owns it.
+        for stale in glob.glob(os.path.join(self.directory, ".tmp-*.npz")):
+            os.remove(stale)
         self._last_time = time.monotonic()
         self.last_saved_step = self._step()
 
