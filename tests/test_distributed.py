@@ -8,8 +8,8 @@ steps on the same global batches and compares losses and weights with one
 device. Measured on this machine (float32, dropout 0): MirroredStrategy with
 `GlobalTokenMean` and JAX DataParallel (one process or two) agree with one
 device to within 1e-6 in every step's loss; MirroredStrategy without it
-differs by 0.13 in the first loss (3 %), because replicas that received
-short sentences weigh their tokens more.
+differs by 0.08 to 0.24 in every loss (up to 6 %), because replicas that
+received short sentences weigh their tokens more.
 """
 
 import json
@@ -206,7 +206,7 @@ def test_mirrored_mixed_precision(single_device, tmp_path, dtype, optimizer):
     run = run_worker(tmp_path, "tensorflow", "--strategy", "mirrored", "--devices", "2", "--global-token-mean", "--dtype", dtype)
     assert run["optimizer"] == optimizer
     assert run["finite"]
-    # Half-precision activations: measured within 0.004 of float32.
+    # Half-precision activations: measured within 0.006 of float32.
     np.testing.assert_allclose(run["losses"], single_device["losses"], atol=0.02)
 
 
