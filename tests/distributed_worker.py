@@ -123,8 +123,7 @@ def dropout_masks(args, report):
 
     from keras_transformer import distribute
 
-    scope = distribute.training_scope(args.strategy)
-    with scope:
+    with distribute.training_scope(args.strategy):
         strategy = tf.distribute.get_strategy()
         layer = keras.layers.Dropout(0.5, seed=None)
         inputs = tf.ones((args.devices, 64))
@@ -176,10 +175,8 @@ def main(argv=None):
         with _scope(args.strategy) as scope:
             model = build_and_compile(args)
             # One step an epoch: the history holds every step's loss.
-            history = model.fit(
-                distribute.prepare_dataset(dataset(batches).repeat(), _data_strategy(args.strategy)),
-                steps_per_epoch=1, epochs=args.steps, verbose=0, shuffle=False
-            )
+            data = distribute.prepare_dataset(dataset(batches).repeat(), _data_strategy(args.strategy))
+            history = model.fit(data, steps_per_epoch=1, epochs=args.steps, verbose=0, shuffle=False)
             report["losses"] = [float(v) for v in history.history["loss"]]
             report["replicas"] = distribute.num_replicas(scope)
         report["chief"] = distribute.is_chief()
