@@ -183,7 +183,9 @@ def test_train_resume_and_average_commands(tmp_path, pairs, capsys):
     ]
     assert cli.main(command + ["--max-steps", "6"]) == 0
     assert (run / "vocabulary.spm").exists() and (run / CURVES_PNG).exists()
-    assert [r["step"] for r in read_curves(str(run / CURVES_CSV))] == [3, 6]
+    curves = read_curves(str(run / CURVES_CSV))
+    assert [r["step"] for r in curves] == [3, 6]
+    assert all(0.0 <= r["val_bleu"] <= 100.0 for r in curves)  # the validation BLEU curve
     assert os.listdir(run / "logs")  # TensorBoard
     names = [os.path.basename(p) for p in checkpoints.list_checkpoints(str(run / "checkpoints"))]
     assert names == ["ckpt-00000002.npz", "ckpt-00000004.npz", "ckpt-00000006.npz"]

@@ -77,6 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     recipe.add_argument("--process-id", type=int, default=0, help="multi-host JAX: this process (0 writes the run folder)")
     recipe.add_argument("--checkpoint-every-steps", type=int, help="save every this many updates")
     recipe.add_argument("--checkpoint-every-minutes", type=float, default=10.0, help="save every this many minutes (paper: 10; 0 turns it off)")
+    recipe.add_argument("--valid-bleu-sentences", type=int, default=200, help="validation pairs translated (greedy) for the BLEU curve at each validation; 0 turns it off")
     recipe.add_argument("--keep-checkpoints", type=int, help="keep only the newest this many checkpoints")
     recipe.add_argument("--valid-every", type=int, default=1000, help="updates between validations and curve points")
     recipe.add_argument("--log-every", type=int, default=100, help="updates between TensorBoard scalars")
@@ -151,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
 
     from keras_transformer import LabelSmoothedCrossEntropy, data, distribute
     from keras_transformer.training import checkpoints
-    from keras_transformer.training.callbacks import StopAtStep, TrainingMonitor
+    from keras_transformer.training.callbacks import StopAtStep, TrainingMonitor, ValidationBleu
 
     if args.coordinator:
         # Before anything touches a JAX device.
@@ -244,6 +245,8 @@ def run(args: argparse.Namespace) -> int:
         nan_guard = checkpoints.StopOnNaN(saver)
         monitor = TrainingMonitor(args.out if chief else None)
         callbacks = [nan_guard, StopAtStep(args.max_steps), monitor]
+        if chief and valid and args.valid_bleu_sentences:
+            callbacks.insert(-1, ValidationBleu(*valid, max_sentences=args.valid_bleu_sentences))
         if chief:
             callbacks.insert(0, saver)
             if importlib.util.find_spec("tensorboard"):

@@ -172,6 +172,36 @@ def plot_curves(rows: list[dict], path: str) -> None:
     os.replace(path + ".tmp.png", path)
 
 
+class ValidationBleu(keras.callbacks.Callback):
+    """Logs `val_bleu` at every epoch end: sacreBLEU of validation translations.
+
+    For watching training, so it is cheap by default: the first
+    `max_sentences` validation pairs, greedy search. `keras-transformer
+    evaluate` gives the real score (beam search, the whole test set). Put it
+    before `TrainingMonitor`, which writes `val_bleu` into the curves.
+
+    Args:
+        sources: validation source sentences.
+        references: their reference translations.
+        max_sentences: how many of them to translate.
+        beam_size: `None` for greedy search, or a beam size.
+    """
+
+    def __init__(self, sources: list[str], references: list[str], max_sentences: int = 200, beam_size: int | None = None):
+        super().__init__()
+        self.sources = list(sources[:max_sentences])
+        self.references = list(references[:max_sentences])
+        self.beam_size = beam_size
+
+    def on_epoch_end(self, epoch, logs=None):
+        from keras_transformer.evaluation import evaluate_translations
+
+        if logs is None or not self.sources:
+            return
+        translations = self.model.translate(self.sources, beam_size=self.beam_size, verbose=0)
+        logs["val_bleu"] = evaluate_translations(translations, self.references).bleu
+
+
 class StopAtStep(keras.callbacks.Callback):
     """Stops training once the optimizer has made `max_steps` updates."""
 
