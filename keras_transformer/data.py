@@ -31,7 +31,6 @@ import os
 import warnings
 from collections.abc import Iterator
 
-import numpy as np
 import tensorflow as tf
 
 START_ID, END_ID, PAD_ID = 2, 3, 0

@@ -16,12 +16,9 @@ Two forms of BLEU are in use for translation results:
 import dataclasses
 from collections.abc import Sequence
 
-import keras
-import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
-from keras_transformer.models.transformer import _to_list
 
 
 @dataclasses.dataclass
@@ -178,8 +175,8 @@ def evaluate_model(
 ) -> tuple[list[str], EvaluationResult]:
     """Translates a test set with a model and scores the translations.
 
-    Sentences are decoded in batches of similar length (as `translate` does)
-    behind a Keras progress bar.
+    `model.translate` decodes in batches of similar length behind a Keras
+    progress bar.
 
     Args:
         model: a `Transformer` with a preprocessor.
@@ -214,24 +211,14 @@ def evaluate_model(
     if tokenized_references is not None:
         tokenized_references = list(tokenized_references)
         _check_same_length(sources, tokenized_references, "tokenized references", first_name="source sentences")
-    # Sort by token length once so that each batch pads little; `translate`
-    # alone would do the same, but could not report progress between batches.
-    lengths = [len(ids) for ids in _to_list(model.preprocessor.tokenizer(sources))]
-    order = np.argsort(lengths, kind="stable")
-    translations = [""] * len(sources)
-    progress = keras.utils.Progbar(len(sources), verbose=verbose, unit_name="sentence")
-    for start in range(0, len(sources), batch_size):
-        chunk = [int(i) for i in order[start : start + batch_size]]
-        outputs = model.translate(
-            [sources[i] for i in chunk],
-            beam_size=beam_size,
-            alpha=alpha,
-            max_extra_length=max_extra_length,
-            batch_size=batch_size,
-        )
-        for i, text in zip(chunk, outputs):
-            translations[i] = text
-        progress.add(len(chunk))
+    translations = model.translate(
+        sources,
+        beam_size=beam_size,
+        alpha=alpha,
+        max_extra_length=max_extra_length,
+        batch_size=batch_size,
+        verbose=verbose,
+    )
     result = evaluate_translations(
         translations,
         references,

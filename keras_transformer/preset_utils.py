@@ -48,6 +48,7 @@ from keras_hub.src.utils.preset_utils import (
     get_preset_saver,
 )
 
+from keras_transformer.files import fsync_directory
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.presets import PAPER_PRESETS, PRESETS_DIR
 
@@ -444,17 +445,7 @@ def _fsync_tree(directory: Path) -> None:
         for name in names:
             with open(Path(root) / name, "rb") as file:
                 os.fsync(file.fileno())
-        _fsync_dir(Path(root))
-
-
-def _fsync_dir(directory: Path) -> None:
-    if os.name == "nt":  # Windows cannot open a directory; renames are durable there
-        return
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+        fsync_directory(Path(root))
 
 
 def _replace(new: Path, target: Path) -> None:
@@ -462,7 +453,7 @@ def _replace(new: Path, target: Path) -> None:
     if target.exists():
         os.rename(target, target.parent / f".{target.name}.previous-{uuid.uuid4().hex[:8]}")
     os.rename(new, target)
-    _fsync_dir(target.parent)
+    fsync_directory(target.parent)
     # The new version is in place: older ones (this one's, or one left by a
     # save killed between the two renames) are obsolete.
     for previous in target.parent.glob(f".{target.name}.previous-*"):

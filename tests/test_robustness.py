@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 import sentencepiece
-from conftest import PAIRS, REPO_ROOT, make_model
+from conftest import PAIRS, REPO_ROOT
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 

@@ -31,6 +31,8 @@ import time
 import keras
 import numpy as np
 
+from keras_transformer.files import fsync_directory
+
 CHECKPOINT_PATTERN = re.compile(r"ckpt-(\d+)\.npz$")
 
 
@@ -89,12 +91,7 @@ def _atomic_savez(path: str, arrays: dict) -> None:
         if os.path.exists(temporary):
             os.remove(temporary)
         raise
-    # Make the rename itself durable.
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_directory(directory)  # make the rename itself durable
 
 
 def _sorted_arrays(data, prefix: str) -> list[np.ndarray]:
