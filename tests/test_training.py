@@ -3,6 +3,7 @@ import gzip
 import os
 
 import keras
+import h5py
 import numpy as np
 import pytest
 
@@ -204,6 +205,15 @@ def test_train_resume_and_average_commands(tmp_path, pairs, capsys):
         np.testing.assert_allclose(loaded, mean, rtol=1e-6)
     assert isinstance(model.translate("a dog runs .", beam_size=2), str)
     assert cli.main(["average", str(run), "--out", str(preset)]) == 1  # exists: needs --overwrite
+
+    half = tmp_path / "half"
+    assert cli.main(["average", str(run), "--last", "2", "--out", str(half), "--weights-dtype", "float16"]) == 0
+    with h5py.File(half / "model.weights.h5") as weights_file:
+        dtypes = set()
+        weights_file.visititems(lambda _, item: dtypes.add(str(item.dtype)) if isinstance(item, h5py.Dataset) else None)
+    assert dtypes == {"float16"}
+    for loaded, mean in zip(kt.Transformer.from_preset(str(half)).get_weights(), expected):
+        np.testing.assert_allclose(loaded, mean, atol=1e-2)
 
 
 def test_train_command_reports_bad_input(tmp_path, capsys):

@@ -20,6 +20,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--last", type=int, default=5, help="average this many newest checkpoints (paper: 5 base, 20 big)")
     parser.add_argument("--out", required=True, help="the preset folder to write")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    parser.add_argument(
+        "--weights-dtype", choices=("float32", "float16"), default="float32",
+        help="store the weights in this dtype (float16 halves the files; they load as float32)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     weights = checkpoints.average_checkpoints(paths)
     model = _model(run_config, os.path.join(args.run_dir, VOCABULARY_FILE))
     model.set_weights(weights)
-    model.save_to_preset(args.out)  # atomic: a temporary folder, then a rename
+    weights_dtype = None if args.weights_dtype == "float32" else args.weights_dtype
+    model.save_to_preset(args.out, weights_dtype=weights_dtype)  # atomic: a temporary folder, then a rename
     print(f"averaged {len(paths)} checkpoints ({os.path.basename(paths[0])} .. {os.path.basename(paths[-1])}) into {args.out}.")
     return 0
 
