@@ -38,8 +38,6 @@ LOSS_TOLERANCE = dict(rtol=1e-5, atol=1e-5)
 WEIGHT_TOLERANCE = dict(rtol=0, atol=5e-4)
 
 BACKEND = keras.config.backend()
-tensorflow_only = pytest.mark.skipif(BACKEND != "tensorflow", reason="tf.distribute needs the TensorFlow backend")
-jax_only = pytest.mark.skipif(BACKEND != "jax", reason="keras.distribution over JAX devices needs the JAX backend")
 
 
 def _env(backend, **extra):
@@ -104,10 +102,20 @@ def free_ports(count):
     return ports
 
 
+# The workers run in subprocesses with their own backend, so every test runs
+# whichever backend pytest itself was started with.
+
+
 @pytest.fixture(scope="module")
-def single_device(tmp_path_factory):
-    """One-device training, the reference every distributed run is compared with."""
-    return run_worker(tmp_path_factory.mktemp("single"), BACKEND)
+def single_device_tensorflow(tmp_path_factory):
+    """One-device training, the reference the TensorFlow runs are compared with."""
+    return run_worker(tmp_path_factory.mktemp("single-tf"), "tensorflow")
+
+
+@pytest.fixture(scope="module")
+def single_device_jax(tmp_path_factory):
+    """One-device training, the reference the JAX runs are compared with."""
+    return run_worker(tmp_path_factory.mktemp("single-jax"), "jax")
 
 
 def assert_same_training(run, reference):
@@ -170,25 +178,22 @@ def test_prepare_dataset_is_a_no_op_without_strategy():
 
 
 @pytest.mark.slow
-@tensorflow_only
-def test_mirrored_matches_one_device_with_global_token_mean(single_device, tmp_path):
+def test_mirrored_matches_one_device_with_global_token_mean(single_device_tensorflow, tmp_path):
     run = run_worker(tmp_path, "tensorflow", "--strategy", "mirrored", "--devices", "2", "--global-token-mean")
     assert run["replicas"] == 2
-    assert_same_training(run, single_device)
+    assert_same_training(run, single_device_tensorflow)
 
 
 @pytest.mark.slow
-@tensorflow_only
-def test_mirrored_without_global_token_mean_averages_replica_means(single_device, tmp_path):
+def test_mirrored_without_global_token_mean_averages_replica_means(single_device_tensorflow, tmp_path):
     # Keras' own scaling: mean over replicas of each replica's token mean.
     # The worker's batches give replica 0 short sentences, so this differs.
     run = run_worker(tmp_path, "tensorflow", "--strategy", "mirrored", "--devices", "2")
-    difference = abs(run["losses"][0] - single_device["losses"][0])
+    difference = abs(run["losses"][0] - single_device_tensorflow["losses"][0])
     assert difference > 0.05, f"Keras now averages tokens globally (difference {difference}); GlobalTokenMean may be unnecessary"
 
 
 @pytest.mark.slow
-@tensorflow_only
 def test_mirrored_dropout_same_masks_on_every_replica_but_trains(tmp_path):
     masks = run_worker(tmp_path, "tensorflow", "--strategy", "mirrored", "--devices", "2", "--dropout-masks")
     assert masks["replicas"] == 2
@@ -200,30 +205,27 @@ def test_mirrored_dropout_same_masks_on_every_replica_but_trains(tmp_path):
 
 
 @pytest.mark.slow
-@tensorflow_only
 @pytest.mark.parametrize("dtype, optimizer", [("mixed_float16", "LossScaleOptimizer"), ("mixed_bfloat16", "Adam")])
-def test_mirrored_mixed_precision(single_device, tmp_path, dtype, optimizer):
+def test_mirrored_mixed_precision(single_device_tensorflow, tmp_path, dtype, optimizer):
     run = run_worker(tmp_path, "tensorflow", "--strategy", "mirrored", "--devices", "2", "--global-token-mean", "--dtype", dtype)
     assert run["optimizer"] == optimizer
     assert run["finite"]
     # Half-precision activations: measured within 0.006 of float32.
-    np.testing.assert_allclose(run["losses"], single_device["losses"], atol=0.02)
+    np.testing.assert_allclose(run["losses"], single_device_tensorflow["losses"], atol=0.02)
 
 
 # JAX: two host devices in one process, and two processes.
 
 
 @pytest.mark.slow
-@jax_only
-def test_jax_data_parallel_matches_one_device(single_device, tmp_path):
+def test_jax_data_parallel_matches_one_device(single_device_jax, tmp_path):
     run = run_worker(tmp_path, "jax", "--strategy", "jax-data-parallel", "--devices", "2")
     assert run["replicas"] == 2
-    assert_same_training(run, single_device)
+    assert_same_training(run, single_device_jax)
 
 
 @pytest.mark.slow
-@jax_only
-def test_jax_two_processes_agree_on_weights(single_device, tmp_path):
+def test_jax_two_processes_agree_on_weights(single_device_jax, tmp_path):
     (port,) = free_ports(1)
     flags = [
         ["--strategy", "jax-data-parallel", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)]
@@ -236,14 +238,13 @@ def test_jax_two_processes_agree_on_weights(single_device, tmp_path):
     for a, b in zip(first["weights"], second["weights"], strict=True):
         np.testing.assert_array_equal(a, b)
     assert first["chief"] and not second["chief"]
-    assert_same_training(first, single_device)
+    assert_same_training(first, single_device_jax)
 
 
 # TensorFlow's MultiWorkerMirroredStrategy, verified rather than assumed.
 
 
 @pytest.mark.slow
-@tensorflow_only
 def test_multi_worker_mirrored_fit_fails_under_keras3(tmp_path):
     ports = free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
