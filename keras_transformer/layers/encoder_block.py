@@ -21,8 +21,9 @@ class EncoderBlock(keras_hub.layers.TransformerEncoder):
     KerasHub's `TransformerEncoder` implements exactly these equations
     (including masking padded keys with the padding mask), so this class only
     fixes the paper's vocabulary and defaults: `intermediate_dim` is d_ff,
-    `num_heads` is h, `dropout` is P_drop (also applied to attention weights,
-    as tensor2tensor does).
+    `num_heads` is h, `dropout` is P_drop. KerasHub also applies `dropout` to
+    the attention weights; section 5.4 names only sublayer outputs and
+    embedding sums.
 
     Example:
     >>> import numpy as np
