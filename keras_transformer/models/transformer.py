@@ -325,7 +325,7 @@ class Transformer(keras_hub.models.Seq2SeqLM):
                     "This model has no preprocessor, so generate() needs token ids: "
                     "a dict with 'encoder_token_ids' and 'encoder_padding_mask'."
                 )
-            token_ids = self._encode_sources(list(inputs))
+            token_ids = self._pack_sources(self._tokenize(list(inputs)))
         source_length = token_ids["encoder_token_ids"].shape[1]
         if max_length is None:
             max_length = source_length + max_extra_length
@@ -351,13 +351,6 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         texts = self.preprocessor.generate_postprocess(outputs)
         texts = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in _to_list(texts)]
         return texts[0] if single else texts
-
-    def _encode_sources(self, texts: list[str]) -> dict:
-        """Tokenizes, adds <s> </s> and pads to the next multiple of SOURCE_BUCKET."""
-        longest = max((len(ids) for ids in self._tokenize(texts)), default=0) + 2
-        bucket = -(-longest // SOURCE_BUCKET) * SOURCE_BUCKET
-        packed = self.preprocessor.generate_preprocess(texts, encoder_sequence_length=bucket)
-        return {k: ops.convert_to_numpy(packed[k]) for k in TOKEN_ID_KEYS[:2]}
 
     def _tokenize(self, texts: list[str]) -> list[list[int]]:
         ids = self.preprocessor.tokenizer(texts)
@@ -503,9 +496,9 @@ class Transformer(keras_hub.models.Seq2SeqLM):
 
     def _pack_sources(self, rows: list[list[int]]) -> dict:
         """`<s> ids </s> <pad>...`, padded to the next multiple of SOURCE_BUCKET,
-        as the preprocessor packs sources (see `_encode_sources`)."""
+        as the preprocessor packs sources."""
         tokenizer = self.preprocessor.tokenizer
-        longest = max(len(ids) for ids in rows) + 2
+        longest = max((len(ids) for ids in rows), default=0) + 2
         bucket = -(-longest // SOURCE_BUCKET) * SOURCE_BUCKET
         token_ids = np.full((len(rows), bucket), tokenizer.pad_token_id, "int32")
         for row, ids in enumerate(rows):
