@@ -469,6 +469,7 @@ def default_model_card(task: keras.Model, name: str) -> str:
         ("d_ff", backbone.intermediate_dim),
         ("attention heads", backbone.num_heads),
         ("dropout", backbone.dropout),
+        ("attention dropout", backbone.attention_dropout),
         ("shared vocabulary", f"{backbone.vocabulary_size:,}"),
         ("layer norm", "pre-LN" if backbone.normalize_first else "post-LN (the paper's)"),
         ("parameters", f"{backbone.count_params():,}"),

@@ -100,7 +100,15 @@ def test_hidden_dim_must_divide_into_heads():
 
 
 def test_backbone_config_round_trip():
-    backbone = tiny_backbone(normalize_first=True, dropout=0.2)
+    backbone = tiny_backbone(normalize_first=True, dropout=0.2, attention_dropout=0.1)
     restored = kt.TransformerBackbone.from_config(backbone.get_config())
     assert restored.get_config() == backbone.get_config()
     assert restored.count_params() == backbone.count_params()
+    attention = restored.decoder_blocks[0]._cross_attention_layer
+    assert attention._dropout_layer.rate == 0.1
+
+
+def test_configs_saved_before_attention_dropout_load_without_it():
+    config = tiny_backbone().get_config()
+    del config["attention_dropout"]
+    assert kt.TransformerBackbone.from_config(config).attention_dropout == 0.0

@@ -66,7 +66,7 @@ def test_post_ln_output_is_normalised_and_pre_ln_is_not(block_cls):
         SinusoidalPositionEncoding(),
         ScaledSharedEmbedding(10, 4),
         EncoderBlock(16, 2, dropout=0.2, normalize_first=True),
-        DecoderBlock(16, 2, dropout=0.3),
+        DecoderBlock(16, 2, dropout=0.3, attention_dropout=0.1),
     ],
 )
 def test_layers_round_trip_their_config(layer):
@@ -83,3 +83,28 @@ def test_encoder_padding_mask_reaches_attention():
     x_changed[0, 3] += 10.0  # change only the padded position
     out_changed = ops.convert_to_numpy(block(x_changed, padding_mask=mask))
     np.testing.assert_allclose(out[0, :3], out_changed[0, :3], atol=1e-5)
+
+
+def _block_outputs(block_cls, training, **kwargs):
+    block = block_cls(intermediate_dim=16, num_heads=2, dropout=0.0, **kwargs)
+    rng = np.random.default_rng(0)
+    args = [rng.random((2, 6, 8), dtype="float32")]
+    if block_cls is DecoderBlock:
+        args.append(rng.random((2, 5, 8), dtype="float32"))
+    return [ops.convert_to_numpy(block(*args, training=training)) for _ in range(2)]
+
+
+@pytest.mark.parametrize("block_cls", [EncoderBlock, DecoderBlock])
+def test_attention_weights_have_no_dropout_by_default(block_cls):
+    # Section 5.4: dropout on sublayer outputs and embedding sums only; with
+    # those at 0, training-mode calls must be deterministic.
+    first, second = _block_outputs(block_cls, training=True)
+    np.testing.assert_array_equal(first, second)
+
+
+@pytest.mark.parametrize("block_cls", [EncoderBlock, DecoderBlock])
+def test_attention_dropout_drops_attention_weights_when_asked(block_cls):
+    first, second = _block_outputs(block_cls, training=True, attention_dropout=0.5)
+    assert np.abs(first - second).max() > 1e-3
+    first, second = _block_outputs(block_cls, training=False, attention_dropout=0.5)
+    np.testing.assert_array_equal(first, second)

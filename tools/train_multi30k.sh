@@ -3,6 +3,7 @@
 # English->French) with the recipe of Wu et al. 2021's text-only
 # Transformer-Tiny (see PAPER.md, "Multi30k reference point"):
 #   4+4 layers, d_model 128, d_ff 256, 4 heads, dropout 0.3 (--preset transformer_tiny),
+#   no dropout on attention weights (fairseq's default, and the paper's 5.4),
 #   one shared BPE vocabulary of ~10,000 subwords trained on the cased training text,
 #   Adam(0.9, 0.98), inverse square-root schedule, 2,000 warmup steps, peak lr 0.005,
 #   label smoothing 0.1, batches of about 8,000 tokens, 8,000 updates,

@@ -36,6 +36,7 @@ ARCHITECTURE_FLAGS = {
     "ff_dim": "intermediate_dim",
     "heads": "num_heads",
     "dropout": "dropout",
+    "attention_dropout": "attention_dropout",
 }
 RUN_FILE = "run.json"
 VOCABULARY_FILE = "vocabulary.spm"
@@ -62,6 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--ff-dim", type=int, help="d_ff")
     model.add_argument("--heads", type=int, help="attention heads (h)")
     model.add_argument("--dropout", type=float, help="P_drop")
+    model.add_argument("--attention-dropout", type=float, help="dropout on attention weights (default 0, as in the paper)")
 
     recipe = parser.add_argument_group("training")
     recipe.add_argument("--max-steps", type=int, default=100_000, help="optimizer updates (paper: 100000 base)")

@@ -3,6 +3,8 @@
 import keras
 import keras_hub
 
+from keras_transformer.layers.attention_dropout import set_attention_dropout
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class DecoderBlock(keras_hub.layers.TransformerDecoder):
@@ -26,7 +28,9 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
     costs one new position instead of the whole prefix.
 
     KerasHub's `TransformerDecoder` implements these equations and caches;
-    this class fixes the paper's defaults. `normalize_first=True` gives Pre-LN.
+    this class fixes the paper's defaults. `normalize_first=True` gives Pre-LN;
+    `attention_dropout` (no dropout on attention weights in section 5.4) is 0
+    unless asked for.
 
     Example:
     >>> import numpy as np
@@ -42,6 +46,7 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
         intermediate_dim: int,
         num_heads: int,
         dropout: float = 0.1,
+        attention_dropout: float = 0.0,
         normalize_first: bool = False,
         layer_norm_epsilon: float = 1e-6,
         **kwargs,
@@ -55,3 +60,15 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
             layer_norm_epsilon=layer_norm_epsilon,
             **kwargs,
         )
+        self.attention_dropout = attention_dropout
+
+    def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
+        super().build(decoder_sequence_shape, encoder_sequence_shape)
+        set_attention_dropout(self._self_attention_layer, self.attention_dropout)
+        if self._cross_attention_layer is not None:
+            set_attention_dropout(self._cross_attention_layer, self.attention_dropout)
+
+    def get_config(self):
+        config = super().get_config()
+        config["attention_dropout"] = self.attention_dropout
+        return config

@@ -3,6 +3,8 @@
 import keras
 import keras_hub
 
+from keras_transformer.layers.attention_dropout import set_attention_dropout
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class EncoderBlock(keras_hub.layers.TransformerEncoder):
@@ -21,9 +23,9 @@ class EncoderBlock(keras_hub.layers.TransformerEncoder):
     KerasHub's `TransformerEncoder` implements exactly these equations
     (including masking padded keys with the padding mask), so this class only
     fixes the paper's vocabulary and defaults: `intermediate_dim` is d_ff,
-    `num_heads` is h, `dropout` is P_drop. KerasHub also applies `dropout` to
-    the attention weights; section 5.4 names only sublayer outputs and
-    embedding sums.
+    `num_heads` is h, `dropout` is P_drop. Section 5.4 puts no dropout on the
+    attention weights, so `attention_dropout` (KerasHub would use `dropout`)
+    defaults to 0.
 
     Example:
     >>> import numpy as np
@@ -38,6 +40,7 @@ class EncoderBlock(keras_hub.layers.TransformerEncoder):
         intermediate_dim: int,
         num_heads: int,
         dropout: float = 0.1,
+        attention_dropout: float = 0.0,
         normalize_first: bool = False,
         layer_norm_epsilon: float = 1e-6,
         **kwargs,
@@ -51,3 +54,13 @@ class EncoderBlock(keras_hub.layers.TransformerEncoder):
             layer_norm_epsilon=layer_norm_epsilon,
             **kwargs,
         )
+        self.attention_dropout = attention_dropout
+
+    def build(self, inputs_shape):
+        super().build(inputs_shape)
+        set_attention_dropout(self._self_attention_layer, self.attention_dropout)
+
+    def get_config(self):
+        config = super().get_config()
+        config["attention_dropout"] = self.attention_dropout
+        return config

@@ -40,6 +40,8 @@ class TransformerBackbone(keras_hub.models.Backbone):
         hidden_dim: d_model.
         intermediate_dim: d_ff, the inner size of the feed-forward network.
         dropout: P_drop, on every sublayer output and on the embedding sums.
+        attention_dropout: dropout on the attention weights; 0 in the paper
+            (KerasHub's layers would reuse `dropout` there).
         max_sequence_length: the longest source (and target) in tokens that the
             model accepts; sinusoids have no limit, but the preprocessor, the
             translation buckets and the checks on input length use this bound.
@@ -72,6 +74,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         hidden_dim: int,
         intermediate_dim: int,
         dropout: float = 0.1,
+        attention_dropout: float = 0.0,
         max_sequence_length: int = 1024,
         normalize_first: bool = False,
         layer_norm_epsilon: float = 1e-6,
@@ -100,6 +103,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
             intermediate_dim=intermediate_dim,
             num_heads=num_heads,
             dropout=dropout,
+            attention_dropout=attention_dropout,
             normalize_first=normalize_first,
             layer_norm_epsilon=layer_norm_epsilon,
             dtype=dtype,
@@ -162,6 +166,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         self.hidden_dim = hidden_dim
         self.intermediate_dim = intermediate_dim
         self.dropout = dropout
+        self.attention_dropout = attention_dropout
         self.max_sequence_length = max_sequence_length
         self.normalize_first = normalize_first
         self.layer_norm_epsilon = layer_norm_epsilon
@@ -247,6 +252,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
                 "hidden_dim": self.hidden_dim,
                 "intermediate_dim": self.intermediate_dim,
                 "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
                 "max_sequence_length": self.max_sequence_length,
                 "normalize_first": self.normalize_first,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
