@@ -12,9 +12,13 @@
 # batches of 8,000 token positions, so a checkpoint every 80 updates stands in
 # for the paper's per-epoch checkpoints.
 #
+# The preset is stored as float16 (halves the file); the float32 average is kept
+# in the run folder, and both are scored so the model card can compare them.
+#
 # Usage (from the repository root):  tools/train_multi30k.sh [de] [fr]
 # Environment: KERAS_TRANSFORMER_DATA (default ../shared/data), RUNS (default runs),
-#   PRESETS (default presets), KERAS_BACKEND. Re-running resumes an unfinished run.
+#   PRESETS (default presets), KERAS_BACKEND. Re-running resumes an unfinished run;
+#   TRAIN=0 skips training and averages and scores the checkpoints there are.
 set -euo pipefail
 
 DATA="${KERAS_TRANSFORMER_DATA:-../shared/data}/multi30k"
@@ -32,21 +36,27 @@ for tgt in "${LANGUAGES[@]}"; do
     run="$RUNS/multi30k_en_$tgt"
     preset="$PRESETS/multi30k_en_$tgt"
 
-    "${KT[@]}" train \
-        --src "$DATA/raw/train.en.gz" --tgt "$DATA/raw/train.$tgt.gz" \
-        --valid-src "$DATA/raw/val.en.gz" --valid-tgt "$DATA/raw/val.$tgt.gz" \
-        --preset transformer_tiny --vocab-size 10000 \
-        --tokens-per-batch 8000 --max-steps 8000 \
-        --warmup-steps 2000 --peak-lr 0.005 --label-smoothing 0.1 \
-        --checkpoint-every-steps 80 --checkpoint-every-minutes 0 --keep-checkpoints 10 \
-        --valid-every 400 \
-        --seed 1 --out "$run"
+    if [ "${TRAIN:-1}" != 0 ]; then
+        "${KT[@]}" train \
+            --src "$DATA/raw/train.en.gz" --tgt "$DATA/raw/train.$tgt.gz" \
+            --valid-src "$DATA/raw/val.en.gz" --valid-tgt "$DATA/raw/val.$tgt.gz" \
+            --preset transformer_tiny --vocab-size 10000 \
+            --tokens-per-batch 8000 --max-steps 8000 \
+            --warmup-steps 2000 --peak-lr 0.005 --label-smoothing 0.1 \
+            --checkpoint-every-steps 80 --checkpoint-every-minutes 0 --keep-checkpoints 10 \
+            --valid-every 400 \
+            --seed 1 --out "$run"
+    fi
 
-    "${KT[@]}" average "$run" --last 10 --out "$preset" --overwrite
+    "${KT[@]}" average "$run" --last 10 --out "$preset" --overwrite --weights-dtype float16
+    "${KT[@]}" average "$run" --last 10 --out "$run/preset_float32" --overwrite
 
-    "${KT[@]}" evaluate "$preset" \
-        --src "$DATA/raw/test_2016_flickr.en.gz" --ref "$DATA/raw/test_2016_flickr.$tgt.gz" \
-        --ref-tok "$DATA/tok/test_2016_flickr.lc.norm.tok.$tgt.gz" \
-        --beam-size 5 --alpha 0.6 \
-        --output "$run/test_2016_flickr.hyp.$tgt" --json "$run/test_2016_flickr.json"
+    for dtype in float16 float32; do
+        [ $dtype = float16 ] && weights="$preset" || weights="$run/preset_float32"
+        "${KT[@]}" evaluate "$weights" \
+            --src "$DATA/raw/test_2016_flickr.en.gz" --ref "$DATA/raw/test_2016_flickr.$tgt.gz" \
+            --ref-tok "$DATA/tok/test_2016_flickr.lc.norm.tok.$tgt.gz" \
+            --beam-size 5 --alpha 0.6 \
+            --output "$run/test_2016_flickr.$dtype.hyp.$tgt" --json "$run/test_2016_flickr.$dtype.json"
+    done
 done
