@@ -108,3 +108,17 @@ def test_attention_dropout_drops_attention_weights_when_asked(block_cls):
     assert np.abs(first - second).max() > 1e-3
     first, second = _block_outputs(block_cls, training=False, attention_dropout=0.5)
     np.testing.assert_array_equal(first, second)
+
+
+@pytest.mark.parametrize("block_cls", [EncoderBlock, DecoderBlock])
+def test_attention_kernels_have_the_glorot_scale_of_a_d_model_matrix(block_cls):
+    # Glorot for a 64 x 64 matrix: uniform(+-sqrt(6 / 128)), std sqrt(2 / 128).
+    # Keras' own fans for the (64, 4, 16) kernel would give std 0.016.
+    block = block_cls(intermediate_dim=16, num_heads=4)
+    args = [np.zeros((1, 3, 64), "float32")] * (2 if block_cls is DecoderBlock else 1)
+    block(*args)
+    for attention in block._attention_layers():
+        for dense in (attention._query_dense, attention._key_dense, attention._value_dense, attention._output_dense):
+            kernel = ops.convert_to_numpy(dense.kernel)
+            assert kernel.size == 64 * 64
+            np.testing.assert_allclose(kernel.std(), np.sqrt(2 / 128), rtol=0.05)

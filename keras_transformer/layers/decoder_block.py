@@ -3,7 +3,7 @@
 import keras
 import keras_hub
 
-from keras_transformer.layers.attention_dropout import set_attention_dropout
+from keras_transformer.layers.attention import initialize_attention_kernels, set_attention_dropout
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -64,9 +64,13 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
         super().build(decoder_sequence_shape, encoder_sequence_shape)
-        set_attention_dropout(self._self_attention_layer, self.attention_dropout)
-        if self._cross_attention_layer is not None:
-            set_attention_dropout(self._cross_attention_layer, self.attention_dropout)
+        for attention in self._attention_layers():
+            initialize_attention_kernels(attention, self.kernel_initializer)
+            set_attention_dropout(attention, self.attention_dropout)
+
+    def _attention_layers(self):
+        layers = [self._self_attention_layer, self._cross_attention_layer]
+        return [layer for layer in layers if layer is not None]
 
     def get_config(self):
         config = super().get_config()

@@ -3,7 +3,7 @@
 import keras
 import keras_hub
 
-from keras_transformer.layers.attention_dropout import set_attention_dropout
+from keras_transformer.layers.attention import initialize_attention_kernels, set_attention_dropout
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -58,7 +58,12 @@ class EncoderBlock(keras_hub.layers.TransformerEncoder):
 
     def build(self, inputs_shape):
         super().build(inputs_shape)
-        set_attention_dropout(self._self_attention_layer, self.attention_dropout)
+        for attention in self._attention_layers():
+            initialize_attention_kernels(attention, self.kernel_initializer)
+            set_attention_dropout(attention, self.attention_dropout)
+
+    def _attention_layers(self):
+        return [self._self_attention_layer]
 
     def get_config(self):
         config = super().get_config()
