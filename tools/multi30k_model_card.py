@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--preset", required=True, type=Path, help="the averaged preset folder")
     parser.add_argument("--training-time", required=True, help="wall-clock time and machine, in words")
     parser.add_argument("--status", default="", help="a paragraph on how complete the training is")
+    parser.add_argument("--last", type=int, default=10, help="how many checkpoints were averaged")
     args = parser.parse_args()
     (args.preset / "README.md").write_text(model_card(args), encoding="utf-8")
     print(f"wrote {args.preset / 'README.md'}")
@@ -94,9 +95,9 @@ peak of {arguments['peak_lr']}, label smoothing {arguments['label_smoothing']}, 
 {arguments['tokens_per_batch']:,} source and
 {arguments['tokens_per_batch']:,} target token positions, checkpoints every \
 {arguments['checkpoint_every_steps']} updates (about one epoch), the last
-10 averaged.
+{args.last} averaged.
 
-Commands (`tools/train_multi30k.sh {lang}` runs them; the data is `../shared/data/multi30k`):
+Commands (`LAST={args.last} tools/train_multi30k.sh {lang}` runs them; the data is `../shared/data/multi30k`):
 
 ```bash
 keras-transformer train --src raw/train.en.gz --tgt raw/train.{lang}.gz \\
@@ -108,7 +109,7 @@ keras-transformer train --src raw/train.en.gz --tgt raw/train.{lang}.gz \\
     --checkpoint-every-steps {arguments['checkpoint_every_steps']} --checkpoint-every-minutes 0 \
 --keep-checkpoints {arguments['keep_checkpoints']} \\
     --valid-every {arguments['valid_every']} --seed {arguments['seed']} --out {args.run}
-keras-transformer average {args.run} --last 10 --out presets/{name} --weights-dtype float16
+keras-transformer average {args.run} --last {args.last} --out presets/{name} --weights-dtype float16
 keras-transformer evaluate presets/{name} --src raw/test_2016_flickr.en.gz \\
     --ref raw/test_2016_flickr.{lang}.gz --ref-tok tok/test_2016_flickr.lc.norm.tok.{lang}.gz \\
     --beam-size 5 --alpha 0.6

@@ -18,7 +18,8 @@
 # Usage (from the repository root):  tools/train_multi30k.sh [de] [fr]
 # Environment: KERAS_TRANSFORMER_DATA (default ../shared/data), RUNS (default runs),
 #   PRESETS (default presets), KERAS_BACKEND. Re-running resumes an unfinished run;
-#   TRAIN=0 skips training and averages and scores the checkpoints there are.
+#   TRAIN=0 skips training and averages and scores the checkpoints there are;
+#   LAST=K averages the last K checkpoints instead of 10.
 set -euo pipefail
 
 DATA="${KERAS_TRANSFORMER_DATA:-../shared/data}/multi30k"
@@ -48,8 +49,8 @@ for tgt in "${LANGUAGES[@]}"; do
             --seed 1 --out "$run"
     fi
 
-    "${KT[@]}" average "$run" --last 10 --out "$preset" --overwrite --weights-dtype float16
-    "${KT[@]}" average "$run" --last 10 --out "$run/preset_float32" --overwrite
+    "${KT[@]}" average "$run" --last "${LAST:-10}" --out "$preset" --overwrite --weights-dtype float16
+    "${KT[@]}" average "$run" --last "${LAST:-10}" --out "$run/preset_float32" --overwrite
 
     for dtype in float16 float32; do
         [ $dtype = float16 ] && weights="$preset" || weights="$run/preset_float32"
