@@ -66,7 +66,8 @@ datasets:
 ---
 # {name}: a small English→{language} Transformer trained on Multi30k
 
-Ships inside the `keras-transformer` package and loads offline:
+English-to-{language} translation of short image descriptions, trained with this project's
+tools on Multi30k; ships inside the `keras-transformer` package and loads offline:
 
 ```python
 import keras_transformer

@@ -1,0 +1,62 @@
+"""Chooses how many of a run's last checkpoints to average, by validation loss.
+
+Section 6.1 averages a fixed number of checkpoints (5 for base, 20 for big),
+written 10 minutes apart late in a long run. A run stopped while the model
+still improves quickly is better served by fewer; this scores the average of
+the last K checkpoints on the validation pairs for each K and prints the K
+with the lowest label-smoothed validation loss (the test set is not used).
+
+Usage:
+
+    python tools/choose_average.py runs/multi30k_en_de \
+        --valid-src val.en.gz --valid-tgt val.de.gz --candidates 1 3 5 10
+"""
+
+import argparse
+import json
+import os
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run_dir")
+    parser.add_argument("--valid-src", required=True)
+    parser.add_argument("--valid-tgt", required=True)
+    parser.add_argument("--candidates", type=int, nargs="+", default=[1, 3, 5, 10])
+    args = parser.parse_args()
+
+    import tensorflow as tf
+
+    from keras_transformer import TransformerTokenizer, data
+    from keras_transformer.commands.train import (
+        CHECKPOINT_DIR, RUN_FILE, VOCABULARY_FILE, build_model, compile_model,
+    )
+    from keras_transformer.training import checkpoints
+
+    with open(os.path.join(args.run_dir, RUN_FILE)) as f:
+        run = json.load(f)
+    run_args = argparse.Namespace(**run["arguments"])
+    tokenizer = TransformerTokenizer(proto=os.path.join(args.run_dir, VOCABULARY_FILE))
+    model = build_model(run["backbone"], tokenizer, run_args.max_length)
+    compile_model(model, run_args)
+    sources = list(data.read_lines(args.valid_src))
+    targets = list(data.read_lines(args.valid_tgt))
+    pairs = data.tokenize_pairs(sources, targets, tokenizer, run_args.max_length)
+    batches = data.token_batches(pairs, run_args.tokens_per_batch, shuffle=False)
+    count = int(batches.reduce(0, lambda n, _: n + 1))  # so Keras knows where the data ends
+    batches = batches.apply(tf.data.experimental.assert_cardinality(count))
+    paths = checkpoints.list_checkpoints(os.path.join(args.run_dir, CHECKPOINT_DIR))
+    losses = {}
+    for k in sorted(set(args.candidates)):
+        if k > len(paths):
+            print(f"last {k}: skipped, the run has only {len(paths)} checkpoints")
+            continue
+        model.set_weights(checkpoints.average_checkpoints(paths[-k:]))
+        losses[k] = model.evaluate(batches, verbose=0, return_dict=True)["loss"]
+        print(f"last {k:2d} ({os.path.basename(paths[-k])} .. {os.path.basename(paths[-1])}): "
+              f"validation loss {losses[k]:.4f}")
+    print(f"best: LAST={min(losses, key=losses.get)}")
+
+
+if __name__ == "__main__":
+    main()
