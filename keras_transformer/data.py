@@ -350,6 +350,16 @@ def token_batches(
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
+def with_batch_count(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """`dataset` with its number of batches known, counted in one pass.
+
+    Bucketing hides the number of batches from Keras, which then warns that a
+    finite dataset (e.g. validation batches) "ran out of data".
+    """
+    batches = int(dataset.reduce(0, lambda count, _: count + 1))
+    return dataset.apply(tf.data.experimental.assert_cardinality(batches))
+
+
 def _to_model_inputs(batch):
     encoder, decoder, labels = (
         batch[k] for k in ("encoder_token_ids", "decoder_token_ids", "labels")

@@ -25,8 +25,6 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, nargs="+", default=[1, 3, 5, 10])
     args = parser.parse_args()
 
-    import tensorflow as tf
-
     from keras_transformer import TransformerTokenizer, data
     from keras_transformer.commands.train import (
         CHECKPOINT_DIR, RUN_FILE, VOCABULARY_FILE, build_model, compile_model,
@@ -42,9 +40,7 @@ def main() -> None:
     sources = list(data.read_lines(args.valid_src))
     targets = list(data.read_lines(args.valid_tgt))
     pairs = data.tokenize_pairs(sources, targets, tokenizer, run_args.max_length)
-    batches = data.token_batches(pairs, run_args.tokens_per_batch, shuffle=False)
-    count = int(batches.reduce(0, lambda n, _: n + 1))  # so Keras knows where the data ends
-    batches = batches.apply(tf.data.experimental.assert_cardinality(count))
+    batches = data.with_batch_count(data.token_batches(pairs, run_args.tokens_per_batch, shuffle=False))
     paths = checkpoints.list_checkpoints(os.path.join(args.run_dir, CHECKPOINT_DIR))
     losses = {}
     for k in sorted(set(args.candidates)):

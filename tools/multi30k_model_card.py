@@ -39,7 +39,7 @@ def model_card(args: argparse.Namespace) -> str:
     import keras_transformer as kt
 
     run = json.loads((args.run / "run.json").read_text())
-    arguments, backbone = run["arguments"], run["backbone"]
+    arguments = run["arguments"]
     lang = arguments["tgt"].split(".")[-2]
     language = LANGUAGES[lang]
     scores = {
@@ -47,6 +47,7 @@ def model_card(args: argparse.Namespace) -> str:
         for dtype in ("float16", "float32")
     }
     model = kt.Transformer.from_preset(str(args.preset))
+    backbone = model.backbone  # the architecture as shipped, defaults included
     example = model.translate([EXAMPLE])[0]
     name = args.preset.name
     weights_mb = (args.preset / "model.weights.h5").stat().st_size / 1e6
@@ -80,12 +81,12 @@ print(model.translate(["{EXAMPLE}"]))   # {[example]}
 ## Architecture
 
 The paper's Post-LN encoder-decoder at the size of Wu et al. (2021)'s Transformer-Tiny:
-{backbone['num_encoder_layers']} + {backbone['num_decoder_layers']} layers, d_model {backbone['hidden_dim']}, \
-d_ff {backbone['intermediate_dim']}, {backbone['num_heads']} heads, dropout {backbone['dropout']} on sublayer
-outputs and embedding sums and {backbone.get('attention_dropout', 0.0)} on attention weights (section 5.4), one
-shared {backbone['vocabulary_size']:,}-piece SentencePiece BPE vocabulary trained on the cased English and
+{backbone.num_encoder_layers} + {backbone.num_decoder_layers} layers, d_model {backbone.hidden_dim}, \
+d_ff {backbone.intermediate_dim}, {backbone.num_heads} heads, dropout {backbone.dropout} on sublayer
+outputs and embedding sums and {backbone.attention_dropout} on attention weights (section 5.4), one
+shared {backbone.vocabulary_size:,}-piece SentencePiece BPE vocabulary trained on the cased English and
 {language} training text, tied embeddings and output projection, sinusoidal positions;
-{model.backbone.count_params():,} parameters, stored as float16 ({weights_mb:.1f} MB, loaded as float32).
+{backbone.count_params():,} parameters, stored as float16 ({weights_mb:.1f} MB, loaded as float32).
 
 ## Data and recipe
 

@@ -150,7 +150,6 @@ def _read(source, target, skip_bad, what):
 
 def run(args: argparse.Namespace) -> int:
     import keras
-    import tensorflow as tf
 
     from keras_transformer import LabelSmoothedCrossEntropy, data, distribute
     from keras_transformer.training import checkpoints
@@ -233,11 +232,7 @@ def run(args: argparse.Namespace) -> int:
                 valid_pairs, args.tokens_per_batch, shuffle=False,
                 batch_multiple=replicas, drop_remainder=replicas > 1,
             )
-            valid_data = distribute.prepare_dataset(valid_data, args.strategy)
-            # Bucketing hides the number of batches from Keras, which then
-            # warns that the data "ran out"; count them once.
-            batches = int(valid_data.reduce(0, lambda count, _: count + 1))
-            valid_data = valid_data.apply(tf.data.experimental.assert_cardinality(batches))
+            valid_data = data.with_batch_count(distribute.prepare_dataset(valid_data, args.strategy))
         saver = checkpoints.PeriodicCheckpoint(
             checkpoint_dir,
             every_steps=args.checkpoint_every_steps,
