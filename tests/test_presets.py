@@ -160,6 +160,25 @@ def test_missing_folder_is_named(tmp_path):
         kt.Transformer.from_preset(str(tmp_path / "nothing"))
 
 
+# --- The trained presets shipped in the package --------------------------------
+
+# A word each translation of "Two dogs play in the snow." must contain.
+SHIPPED_DOGS = {"multi30k_en_de": "Hunde", "multi30k_en_fr": "chiens"}
+
+
+def test_trained_presets_are_shipped():
+    assert set(SHIPPED_DOGS) <= set(kt_presets.shipped_presets())
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED_DOGS))
+def test_shipped_preset_loads_offline_and_translates(name, offline_hub):
+    """Checksums verified on load, no download, a real translation."""
+    model = kt.Transformer.from_preset(name)
+    assert model.backbone.dtype_policy.name == "float32"
+    [translation] = model.translate(["Two dogs play in the snow."])
+    assert SHIPPED_DOGS[name] in translation.split()
+
+
 # --- Round trips --------------------------------------------------------------
 
 
