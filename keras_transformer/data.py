@@ -33,7 +33,8 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
-START_ID, END_ID, PAD_ID = 2, 3, 0
+from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
+
 
 
 def read_lines(path: str | os.PathLike) -> Iterator[str]:
@@ -348,6 +349,28 @@ def token_batches(
     )
     dataset = dataset.map(_to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def weight_by_update(dataset: tf.data.Dataset, micro_batches: int) -> tf.data.Dataset:
+    """Token weights for gradient accumulation over `micro_batches` batches.
+
+    With `gradient_accumulation_steps=K`, Keras averages the gradients of K
+    micro-batches, each of its own token mean: an update is then the mean of
+    K means, which over-weights the tokens of short micro-batches. Here each
+    group of K consecutive batches gets the sample weights `K / T` on its
+    real target tokens (T: real target tokens in the whole group), and a loss
+    with `reduction="sum"` then gives micro-batch gradients whose average is
+    exactly the gradient of the token mean over all K batches, as one batch
+    of all their tokens would. (`keras_transformer.distribute.GlobalTokenMean`
+    does the same across replicas.) A last incomplete group is dropped.
+    """
+
+    def reweight(x, y, weights):
+        total = weights.reduce(0.0, lambda sum_, w: sum_ + tf.reduce_sum(w))
+        scale = micro_batches / total
+        return tf.data.Dataset.zip((x, y, weights)).map(lambda x, y, w: (x, y, w * scale))
+
+    return dataset.window(micro_batches, drop_remainder=True).flat_map(reweight)
 
 
 def with_batch_count(dataset: tf.data.Dataset) -> tf.data.Dataset:

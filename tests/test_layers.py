@@ -1,9 +1,11 @@
 import math
 
+import keras
 import numpy as np
 import pytest
 from keras import ops
 
+from keras_transformer import TransformerBackbone, library_internals
 from keras_transformer.layers import (
     DecoderBlock,
     EncoderBlock,
@@ -110,15 +112,85 @@ def test_attention_dropout_drops_attention_weights_when_asked(block_cls):
     np.testing.assert_array_equal(first, second)
 
 
+def test_every_attention_projection_is_its_own_glorot_matrix():
+    # Every W^Q, W^K, W^V, W^O of every block of a backbone is drawn on its
+    # own (no two equal, nor strongly correlated) with the Glorot scale of a
+    # d_model x d_model matrix: std sqrt(2 / (2 d_model)). (An initializer
+    # shared between them once made all four equal in every block.)
+    backbone = TransformerBackbone(
+        vocabulary_size=50, num_encoder_layers=2, num_decoder_layers=2,
+        num_heads=4, hidden_dim=64, intermediate_dim=32,
+    )
+    kernels = {}
+    for block in backbone.encoder_blocks + backbone.decoder_blocks:
+        for attention in block.attention_layers():
+            for name, kernel in library_internals.projection_kernels(attention).items():
+                kernels[f"{attention.path}/{name}"] = ops.convert_to_numpy(kernel).reshape(64, 64)
+    assert len(kernels) == 4 * (2 + 2 * 2)
+    for path, kernel in kernels.items():
+        np.testing.assert_allclose(kernel.std(), np.sqrt(2 / 128), rtol=0.05, err_msg=path)
+    flat = np.stack([k.ravel() for k in kernels.values()])
+    correlation = np.corrcoef(flat)
+    np.fill_diagonal(correlation, 0.0)
+    assert np.abs(correlation).max() < 0.1, "two attention projections start (nearly) equal"
+
+
 @pytest.mark.parametrize("block_cls", [EncoderBlock, DecoderBlock])
-def test_attention_kernels_have_the_glorot_scale_of_a_d_model_matrix(block_cls):
-    # Glorot for a 64 x 64 matrix: uniform(+-sqrt(6 / 128)), std sqrt(2 / 128).
-    # Keras' own fans for the (64, 4, 16) kernel would give std 0.016.
-    block = block_cls(intermediate_dim=16, num_heads=4)
-    args = [np.zeros((1, 3, 64), "float32")] * (2 if block_cls is DecoderBlock else 1)
-    block(*args)
-    for attention in block._attention_layers():
-        for dense in (attention._query_dense, attention._key_dense, attention._value_dense, attention._output_dense):
-            kernel = ops.convert_to_numpy(dense.kernel)
-            assert kernel.size == 64 * 64
-            np.testing.assert_allclose(kernel.std(), np.sqrt(2 / 128), rtol=0.05)
+def test_attention_layers_are_made_with_the_attention_dropout(block_cls):
+    # Keras refuses flash attention for attention layers made with dropout > 0;
+    # the residual dropouts keep P_drop.
+    block = block_cls(intermediate_dim=16, num_heads=2, dropout=0.3, attention_dropout=0.0)
+    block(*[np.zeros((1, 3, 8), "float32")] * (2 if block_cls is DecoderBlock else 1))
+    assert [attention.dropout for attention in block.attention_layers()] == [0.0] * len(block.attention_layers())
+    names = (
+        library_internals.ENCODER_RESIDUAL_DROPOUTS
+        if block_cls is EncoderBlock
+        else library_internals.DECODER_RESIDUAL_DROPOUTS
+    )
+    assert [getattr(block, name).rate for name in names] == [0.3] * len(names)
+    keras.config.enable_flash_attention()
+    try:
+        flash = block_cls(intermediate_dim=16, num_heads=2, dropout=0.3)
+        flash.build(*[(1, 3, 8)] * (2 if block_cls is DecoderBlock else 1))
+    finally:
+        keras.config.disable_flash_attention()
+
+
+@pytest.mark.parametrize("block_cls", [EncoderBlock, DecoderBlock])
+def test_a_built_block_round_trips_its_config(block_cls):
+    block = block_cls(intermediate_dim=16, num_heads=2, dropout=0.2, attention_dropout=0.1, activation="swish")
+    block(*[np.zeros((1, 3, 8), "float32")] * (2 if block_cls is DecoderBlock else 1))
+    restored = block_cls.from_config(block.get_config())
+    assert restored.get_config() == block.get_config()
+    assert restored.attention_dropout == 0.1
+
+
+def test_a_built_backbone_round_trips_its_config():
+    backbone = TransformerBackbone(
+        vocabulary_size=50, num_encoder_layers=1, num_decoder_layers=1, num_heads=2,
+        hidden_dim=8, intermediate_dim=16, attention_dropout=0.1, activation="swish",
+        position_encoding_layout="concatenated",
+    )
+    restored = TransformerBackbone.from_config(backbone.get_config())
+    assert restored.get_config() == backbone.get_config()
+    assert len(restored.weights) == len(backbone.weights)
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("layout", ["interleaved", "concatenated"])
+def test_position_table_is_float32_exact_under_every_policy(policy, layout):
+    # Up to the longest sequence train accepts plus the 50 extra decoding
+    # steps; KerasHub's table in bfloat16 made positions 256 and 257 equal.
+    length, d_model = 1024 + 50, 64
+    layer = SinusoidalPositionEncoding(layout=layout, dtype=policy)
+    table = ops.convert_to_numpy(ops.cast(layer(np.zeros((1, length, d_model), "float32")), "float32"))[0]
+    angles = np.arange(length)[:, None] / 10000 ** (np.arange(0, d_model, 2)[None, :] / d_model)
+    if layout == "interleaved":
+        expected = np.stack([np.sin(angles), np.cos(angles)], axis=-1).reshape(length, d_model)
+    else:
+        expected = np.concatenate([np.sin(angles), np.cos(angles)], axis=-1)
+    # Only the final cast rounds: half an ulp at 1.0 of the compute dtype,
+    # plus float32's own error on angles up to ~1000.
+    tolerance = {"float32": 2e-4, "mixed_float16": 2e-4 + 2**-11, "mixed_bfloat16": 2e-4 + 2**-8}[policy]
+    np.testing.assert_allclose(table, expected, atol=tolerance)
+    assert not np.array_equal(table[256], table[257])

@@ -91,6 +91,12 @@ def test_periodic_checkpoints_by_steps_keep_the_newest(tmp_path, tokenizer, batc
     assert names == ["ckpt-00000004.npz", "ckpt-00000005.npz"]  # 2 pruned; 5 at the end
 
 
+@pytest.mark.parametrize("keep", [0, -1, 1.5])
+def test_keeping_no_checkpoint_is_refused(tmp_path, keep):
+    with pytest.raises(ValueError, match="keep must be"):
+        checkpoints.PeriodicCheckpoint(str(tmp_path), every_steps=1, keep=keep)
+
+
 def test_periodic_checkpoints_by_minutes(tmp_path, tokenizer, batches):
     model = tiny_transformer(tokenizer)
     saver = checkpoints.PeriodicCheckpoint(str(tmp_path), every_minutes=1e-9)
@@ -139,6 +145,66 @@ def test_accumulation_keeps_the_schedule_per_update(tokenizer):
     for update in (1, 5, 10, 30):
         # Keras evaluates the schedule at the micro-batch count.
         np.testing.assert_allclose(float(accumulated(update * 4 - 1)), float(plain(update - 1)), rtol=1e-5)
+
+
+def test_accumulated_micro_batches_update_like_one_batch_of_all_their_tokens(tokenizer):
+    # Two micro-batches with 7 and 3 real target tokens: the accumulated
+    # update must be the gradient of the mean over all 10 tokens (a mean of
+    # the two means would weigh each of the 3 tokens 7/3 times more).
+    rng = np.random.RandomState(0)
+    vocab = tokenizer.vocabulary_size()
+
+    def batch(rows, length, target_lengths):
+        source = rng.randint(4, vocab, (rows, length)).astype("int32")
+        source[:, 0], source[:, -1] = 2, 3
+        decoder = np.zeros((rows, length), "int32")
+        labels = np.zeros((rows, length), "int32")
+        for row, n in enumerate(target_lengths):
+            tokens = rng.randint(4, vocab, n)
+            decoder[row, : n + 1] = [2, *tokens]
+            labels[row, : n + 1] = [*tokens, 3]
+        x = {
+            "encoder_token_ids": source,
+            "encoder_padding_mask": np.ones_like(source, bool),
+            "decoder_token_ids": decoder,
+            "decoder_padding_mask": decoder != 0,
+        }
+        return x, labels, (labels != 0).astype("float32")
+
+    first, second = batch(2, 6, [4, 1]), batch(1, 6, [1])
+    micro = tf_dataset([first, second])
+    whole = tf_dataset([tuple(np.concatenate([a, b]) if not isinstance(a, dict) else {k: np.concatenate([a[k], b[k]]) for k in a} for a, b in zip(first, second))])
+
+    def trained(dataset, accumulate=None, weighted=True):
+        keras.utils.set_random_seed(0)
+        model = kt.Transformer(kt.TransformerBackbone(vocabulary_size=vocab, **TINY))
+        loss = kt.LabelSmoothedCrossEntropy(0.1)
+        if accumulate and weighted:
+            loss = kt.LabelSmoothedCrossEntropy(0.1, reduction="sum")
+            dataset = data.weight_by_update(dataset, accumulate)
+        model.compile(optimizer=keras.optimizers.SGD(1.0, gradient_accumulation_steps=accumulate), loss=loss)
+        model.fit(dataset, epochs=1, verbose=0, shuffle=False)
+        return model.get_weights()
+
+    one_batch = trained(whole)
+    for accumulated, single in zip(trained(micro, 2), one_batch):
+        np.testing.assert_allclose(accumulated, single, rtol=1e-4, atol=1e-6)
+    # Keras' own averaging of the two micro-batch means lands elsewhere.
+    skewed = trained(micro, 2, weighted=False)
+    assert max(np.abs(a - b).max() for a, b in zip(skewed, one_batch)) > 1e-3
+
+
+def tf_dataset(batches):
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_generator(
+        lambda: iter(batches),
+        output_signature=(
+            {k: tf.TensorSpec((None, None), "bool" if k.endswith("mask") else "int32") for k in batches[0][0]},
+            tf.TensorSpec((None, None), "int32"),
+            tf.TensorSpec((None, None), "float32"),
+        ),
+    )
 
 
 @pytest.mark.parametrize("strategy", ["mirrored", "jax-data-parallel", "bogus"])

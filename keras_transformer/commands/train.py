@@ -51,9 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--valid-tgt", help="validation target sentences")
     data.add_argument("--skip-bad", action="store_true", help="skip and count empty or undecodable lines and unpaired lines, instead of stopping")
     data.add_argument("--vocabulary", help="an existing SentencePiece .spm vocabulary; default: train one on the training data")
-    data.add_argument("--vocab-size", type=int, default=8000, help="size of the shared vocabulary to train (default 8000)")
+    data.add_argument("--vocab-size", type=int, default=37000, help="size of the shared vocabulary to train (paper, English-German: 37000)")
     data.add_argument("--max-length", type=int, default=256, help="longest sequence in tokens; longer pairs are dropped and counted (default 256)")
-    data.add_argument("--tokens-per-batch", type=int, default=4096, help="about this many source and as many target tokens per batch (paper: 25000)")
+    data.add_argument("--tokens-per-batch", type=int, default=25000, help="about this many source and as many target tokens per batch (paper: 25000; with --accumulate, per micro-batch)")
 
     model = parser.add_argument_group("model (flags override --preset and --config)")
     model.add_argument("--preset", help=f"architecture: {', '.join(ARCHITECTURES)} or a KerasHub preset")
@@ -164,6 +164,14 @@ def run(args: argparse.Namespace) -> int:
     keras.utils.set_random_seed(args.seed)
     if args.accumulate < 1:
         raise ValueError(f"--accumulate must be at least 1; got {args.accumulate}.")
+    if args.accumulate > 1 and args.strategy == "mirrored":
+        # GlobalTokenMean weighs tokens across replicas, weight_by_update
+        # across micro-batches; the two are not combined (and could not be
+        # tested here without several GPUs).
+        raise ValueError(
+            "--accumulate with --strategy mirrored is not supported: raise "
+            "--tokens-per-batch instead, or use --strategy jax-data-parallel."
+        )
     architecture = resolve_architecture(args)
     os.makedirs(args.out, exist_ok=True)
     run_file = os.path.join(args.out, RUN_FILE)
@@ -209,7 +217,10 @@ def run(args: argparse.Namespace) -> int:
         replicas = distribute.num_replicas(scope)
         model = build_model(backbone_config, tokenizer, args.max_length)
         loss = "auto"
-        if args.strategy == "mirrored":
+        if args.accumulate > 1:
+            # Weighted by the tokens of the whole update (data.weight_by_update).
+            loss = LabelSmoothedCrossEntropy(args.label_smoothing, reduction="sum")
+        elif args.strategy == "mirrored":
             loss = distribute.GlobalTokenMean(LabelSmoothedCrossEntropy(args.label_smoothing))
         compile_model(model, args, loss=loss)
         step = 0
@@ -225,6 +236,8 @@ def run(args: argparse.Namespace) -> int:
         train_data = data.token_batches(
             train_pairs, args.tokens_per_batch, repeat=True, seed=args.seed + step, batch_multiple=replicas
         )
+        if args.accumulate > 1:
+            train_data = data.weight_by_update(train_data, args.accumulate)
         train_data = distribute.prepare_dataset(train_data, args.strategy)
         valid_data = None
         if valid_pairs:

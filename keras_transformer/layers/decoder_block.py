@@ -3,7 +3,8 @@
 import keras
 import keras_hub
 
-from keras_transformer.layers.attention import initialize_attention_kernels, set_attention_dropout
+from keras_transformer import library_internals
+from keras_transformer.layers.attention_dropout import attention_dropout_while_building
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -30,7 +31,7 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
     KerasHub's `TransformerDecoder` implements these equations and caches;
     this class fixes the paper's defaults. `normalize_first=True` gives Pre-LN;
     `attention_dropout` (no dropout on attention weights in section 5.4) is 0
-    unless asked for.
+    unless asked for; `activation` is the FFN's (ReLU in the paper).
 
     Example:
     >>> import numpy as np
@@ -47,30 +48,36 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
         num_heads: int,
         dropout: float = 0.1,
         attention_dropout: float = 0.0,
+        activation="relu",
         normalize_first: bool = False,
         layer_norm_epsilon: float = 1e-6,
         **kwargs,
     ):
+        # KerasHub builds the layer inside its constructor when the config
+        # holds the build shapes (`from_config` of a built block), which
+        # would be before `attention_dropout` exists; build afterwards.
+        decoder_sequence_shape = kwargs.pop("decoder_sequence_shape", None)
+        encoder_sequence_shape = kwargs.pop("encoder_sequence_shape", None)
         super().__init__(
             intermediate_dim=intermediate_dim,
             num_heads=num_heads,
             dropout=dropout,
-            activation=kwargs.pop("activation", "relu"),
+            activation=activation,
             normalize_first=normalize_first,
             layer_norm_epsilon=layer_norm_epsilon,
             **kwargs,
         )
         self.attention_dropout = attention_dropout
+        if decoder_sequence_shape:
+            self.build(decoder_sequence_shape, encoder_sequence_shape)
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
-        super().build(decoder_sequence_shape, encoder_sequence_shape)
-        for attention in self._attention_layers():
-            initialize_attention_kernels(attention, self.kernel_initializer)
-            set_attention_dropout(attention, self.attention_dropout)
+        with attention_dropout_while_building(self, library_internals.DECODER_RESIDUAL_DROPOUTS):
+            super().build(decoder_sequence_shape, encoder_sequence_shape)
 
-    def _attention_layers(self):
-        layers = [self._self_attention_layer, self._cross_attention_layer]
-        return [layer for layer in layers if layer is not None]
+    def attention_layers(self) -> list:
+        """Self-attention, then cross-attention if built with an encoder."""
+        return library_internals.attention_layers(self, library_internals.DECODER_ATTENTION_LAYERS)
 
     def get_config(self):
         config = super().get_config()

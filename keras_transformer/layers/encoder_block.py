@@ -3,7 +3,8 @@
 import keras
 import keras_hub
 
-from keras_transformer.layers.attention import initialize_attention_kernels, set_attention_dropout
+from keras_transformer import library_internals
+from keras_transformer.layers.attention_dropout import attention_dropout_while_building
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -21,11 +22,13 @@ class EncoderBlock(keras_hub.layers.TransformerEncoder):
     more stably for deep stacks (the backbone then adds a final LayerNorm).
 
     KerasHub's `TransformerEncoder` implements exactly these equations
-    (including masking padded keys with the padding mask), so this class only
-    fixes the paper's vocabulary and defaults: `intermediate_dim` is d_ff,
-    `num_heads` is h, `dropout` is P_drop. Section 5.4 puts no dropout on the
-    attention weights, so `attention_dropout` (KerasHub would use `dropout`)
-    defaults to 0.
+    (including masking padded keys with the padding mask, and Glorot-uniform
+    W^Q, W^K, W^V, W^O drawn independently with fans taken from the d_model x
+    d_model matrices), so this class only fixes the paper's vocabulary and
+    defaults: `intermediate_dim` is d_ff, `num_heads` is h, `dropout` is
+    P_drop, `activation` is the FFN's (ReLU in the paper). Section 5.4 puts
+    no dropout on the attention weights, so `attention_dropout` (KerasHub
+    would use `dropout`) defaults to 0.
 
     Example:
     >>> import numpy as np
@@ -41,6 +44,7 @@ class EncoderBlock(keras_hub.layers.TransformerEncoder):
         num_heads: int,
         dropout: float = 0.1,
         attention_dropout: float = 0.0,
+        activation="relu",
         normalize_first: bool = False,
         layer_norm_epsilon: float = 1e-6,
         **kwargs,
@@ -49,7 +53,7 @@ class EncoderBlock(keras_hub.layers.TransformerEncoder):
             intermediate_dim=intermediate_dim,
             num_heads=num_heads,
             dropout=dropout,
-            activation=kwargs.pop("activation", "relu"),
+            activation=activation,
             normalize_first=normalize_first,
             layer_norm_epsilon=layer_norm_epsilon,
             **kwargs,
@@ -57,13 +61,12 @@ class EncoderBlock(keras_hub.layers.TransformerEncoder):
         self.attention_dropout = attention_dropout
 
     def build(self, inputs_shape):
-        super().build(inputs_shape)
-        for attention in self._attention_layers():
-            initialize_attention_kernels(attention, self.kernel_initializer)
-            set_attention_dropout(attention, self.attention_dropout)
+        with attention_dropout_while_building(self, library_internals.ENCODER_RESIDUAL_DROPOUTS):
+            super().build(inputs_shape)
 
-    def _attention_layers(self):
-        return [self._self_attention_layer]
+    def attention_layers(self) -> list:
+        """The block's `MultiHeadAttention` layer (built blocks only)."""
+        return library_internals.attention_layers(self, library_internals.ENCODER_ATTENTION_LAYERS)
 
     def get_config(self):
         config = super().get_config()

@@ -4,6 +4,7 @@ import keras
 import keras_hub
 from keras import ops
 
+from keras_transformer import special_tokens
 from keras_transformer.layers import (
     DecoderBlock,
     EncoderBlock,
@@ -48,6 +49,16 @@ class TransformerBackbone(keras_hub.models.Backbone):
         normalize_first: `False` (default) is the paper's Post-LN; `True` is
             Pre-LN, which adds a final LayerNorm to each stack.
         layer_norm_epsilon: epsilon of every LayerNorm.
+        activation: the FFN's activation: ReLU in the paper (3.3); Opus-MT's
+            base models use `"swish"`.
+        position_encoding_layout: `"interleaved"` sines and cosines as in
+            section 3.5, or `"concatenated"` as tensor2tensor and Marian
+            store them (see `SinusoidalPositionEncoding`).
+        pad_token_id, start_token_id, end_token_id, unk_token_id: the special
+            ids of the vocabulary (`keras_transformer.special_tokens` for the
+            vocabularies this project trains; converted checkpoints record
+            their own). Decoding starts from `start_token_id`, stops at
+            `end_token_id` and never emits padding or the start token.
         dtype: the variable/compute dtype or a `keras.DTypePolicy`.
 
     Example:
@@ -78,9 +89,26 @@ class TransformerBackbone(keras_hub.models.Backbone):
         max_sequence_length: int = 1024,
         normalize_first: bool = False,
         layer_norm_epsilon: float = 1e-6,
+        activation: str = "relu",
+        position_encoding_layout: str = "interleaved",
+        pad_token_id: int = special_tokens.PAD_ID,
+        start_token_id: int = special_tokens.START_ID,
+        end_token_id: int = special_tokens.END_ID,
+        unk_token_id: int = special_tokens.UNK_ID,
         dtype=None,
         **kwargs,
     ):
+        special_ids = dict(pad=pad_token_id, start=start_token_id, end=end_token_id, unk=unk_token_id)
+        outside = {name: i for name, i in special_ids.items() if not 0 <= i < vocabulary_size}
+        if outside:
+            raise ValueError(
+                f"special token ids {outside} are outside the vocabulary of {vocabulary_size}."
+            )
+        if end_token_id in (pad_token_id, start_token_id):
+            raise ValueError(
+                f"end_token_id ({end_token_id}) must differ from pad_token_id ({pad_token_id}) "
+                f"and start_token_id ({start_token_id}): decoding never emits those two."
+            )
         if hidden_dim % num_heads:
             raise ValueError(
                 f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
@@ -91,7 +119,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
             vocabulary_size, hidden_dim, dtype=dtype, name="token_embedding"
         )
         self.position_encoding = SinusoidalPositionEncoding(
-            dtype=dtype, name="position_encoding"
+            layout=position_encoding_layout, dtype=dtype, name="position_encoding"
         )
         self.encoder_embedding_dropout = keras.layers.Dropout(
             dropout, dtype=dtype, name="encoder_embedding_dropout"
@@ -104,6 +132,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
             num_heads=num_heads,
             dropout=dropout,
             attention_dropout=attention_dropout,
+            activation=activation,
             normalize_first=normalize_first,
             layer_norm_epsilon=layer_norm_epsilon,
             dtype=dtype,
@@ -170,6 +199,12 @@ class TransformerBackbone(keras_hub.models.Backbone):
         self.max_sequence_length = max_sequence_length
         self.normalize_first = normalize_first
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.activation = activation
+        self.position_encoding_layout = position_encoding_layout
+        self.pad_token_id = pad_token_id
+        self.start_token_id = start_token_id
+        self.end_token_id = end_token_id
+        self.unk_token_id = unk_token_id
 
     def embed(self, token_ids, dropout_layer, start_index=0, training=None):
         """`Dropout(E[ids] * sqrt(d_model) + PE)` for positions from `start_index`."""
@@ -256,6 +291,12 @@ class TransformerBackbone(keras_hub.models.Backbone):
                 "max_sequence_length": self.max_sequence_length,
                 "normalize_first": self.normalize_first,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
+                "activation": self.activation,
+                "position_encoding_layout": self.position_encoding_layout,
+                "pad_token_id": self.pad_token_id,
+                "start_token_id": self.start_token_id,
+                "end_token_id": self.end_token_id,
+                "unk_token_id": self.unk_token_id,
             }
         )
         return config

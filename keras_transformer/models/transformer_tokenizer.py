@@ -10,8 +10,9 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from keras_transformer.models.transformer_backbone import TransformerBackbone
+from keras_transformer import special_tokens
+from keras_transformer.special_tokens import END, END_ID, PAD, PAD_ID, START, START_ID, UNK, UNK_ID
 
-PAD, UNK, START, END = "<pad>", "<unk>", "<s>", "</s>"
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -49,7 +50,7 @@ class TransformerTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
         super().set_proto(proto)
         if proto is None:
             return
-        expected = {PAD: 0, UNK: 1, START: 2, END: 3}
+        expected = special_tokens.IDS
         actual = {piece: self.token_to_id(piece) for piece in expected}
         if actual != expected:
             raise ValueError(
@@ -126,10 +127,10 @@ def train_tokenizer(
         model_writer=model,
         vocab_size=vocabulary_size,
         model_type=model_type,
-        pad_id=0,
-        unk_id=1,
-        bos_id=2,
-        eos_id=3,
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=START_ID,
+        eos_id=END_ID,
         pad_piece=PAD,
         unk_piece=UNK,
         bos_piece=START,

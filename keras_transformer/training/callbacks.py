@@ -20,6 +20,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_transformer import library_internals
+
 CURVES_CSV = "curves.csv"
 CURVES_PNG = "training_curves.png"
 
@@ -55,8 +57,7 @@ class TargetTokens(keras.metrics.Metric):
 def current_learning_rate(optimizer) -> float:
     """The learning rate the optimizer uses at its current step."""
     # A LossScaleOptimizer (mixed_float16) holds the schedule in its inner one.
-    optimizer = getattr(optimizer, "inner_optimizer", optimizer)
-    return float(ops.convert_to_numpy(optimizer._get_current_learning_rate()))
+    return library_internals.current_learning_rate(getattr(optimizer, "inner_optimizer", optimizer))
 
 
 class TrainingMonitor(keras.callbacks.Callback):

@@ -57,11 +57,13 @@ def save_checkpoint(model: keras.Model, directory: str, keep: int | None = None)
     Args:
         model: a compiled model.
         directory: where checkpoints go (created if needed).
-        keep: delete all but the newest `keep` checkpoints (`None` keeps all).
+        keep: delete all but the newest `keep` checkpoints (`None` keeps all);
+            at least 1, the checkpoint just written.
 
     Returns:
         The checkpoint's path.
     """
+    _check_keep(keep)
     os.makedirs(directory, exist_ok=True)
     optimizer = model.optimizer
     step = int(keras.ops.convert_to_numpy(optimizer.iterations))
@@ -76,6 +78,13 @@ def save_checkpoint(model: keras.Model, directory: str, keep: int | None = None)
         for old in list_checkpoints(directory)[:-keep]:
             os.remove(old)
     return path
+
+
+def _check_keep(keep: int | None) -> None:
+    if keep is not None and (not isinstance(keep, int) or keep < 1):
+        raise ValueError(
+            f"keep must be None (keep every checkpoint) or at least 1; got {keep!r}."
+        )
 
 
 def _atomic_savez(path: str, arrays: dict) -> None:
@@ -185,6 +194,7 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         super().__init__()
         if not every_steps and not every_minutes:
             raise ValueError("Give every_steps, every_minutes or both.")
+        _check_keep(keep)
         self.directory = directory
         self.every_steps = every_steps
         self.every_minutes = every_minutes

@@ -1,7 +1,11 @@
 """Label-smoothed cross entropy over target tokens (section 5.4)."""
 
+from collections.abc import Sequence
+
 import keras
 from keras import ops
+
+from keras_transformer import special_tokens
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -10,9 +14,15 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
     Section 5.4: "we employed label smoothing of value eps_ls = 0.1". The
     target puts 1 - eps on the right token and spreads eps uniformly over the
-    vocabulary:
+    tokens a translation can contain:
 
-        loss = (1 - eps) * -log p(y) + eps * mean_v(-log p(v))
+        loss = (1 - eps) * -log p(y) + eps * mean_{v not in U}(-log p(v))
+
+    where U (`unsmoothed_ids`) holds `<pad>`, `<s>` and `<unk>`: the search
+    never emits the first two and no reference should contain the third, so
+    tensor2tensor and fairseq keep smoothing mass off them too; spreading it
+    there would teach the model to give probability to tokens it must not
+    produce.
 
     Keras' `SparseCategoricalCrossentropy` has no label smoothing, hence this
     class. Padding never counts: tokens equal to `pad_token_id` get weight 0
@@ -22,6 +32,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     Args:
         label_smoothing: eps_ls.
         pad_token_id: the label id to ignore.
+        unsmoothed_ids: token ids that get no smoothing mass (U above).
         from_logits: whether `y_pred` are logits (the model's output) or
             probabilities.
 
@@ -31,12 +42,16 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     >>> logits = np.log(np.array([[[0.1, 0.2, 0.7], [0.3, 0.3, 0.4]]], "float32"))
     >>> round(float(loss(np.array([[2, 0]]), logits)), 4)  # -log 0.7; pad ignored
     0.3567
+    >>> smoothed = LabelSmoothedCrossEntropy(0.1, unsmoothed_ids=(0,))
+    >>> round(float(smoothed(np.array([[2, 0]]), logits)), 4)  # 0.9 * -log 0.7 + 0.1 * mean(-log 0.2, -log 0.7)
+    0.4193
     """
 
     def __init__(
         self,
         label_smoothing: float = 0.1,
-        pad_token_id: int = 0,
+        pad_token_id: int = special_tokens.PAD_ID,
+        unsmoothed_ids: Sequence[int] = (special_tokens.PAD_ID, special_tokens.START_ID, special_tokens.UNK_ID),
         from_logits: bool = True,
         name: str = "label_smoothed_cross_entropy",
         **kwargs,
@@ -47,6 +62,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
             raise ValueError(f"label_smoothing must be in [0, 1); got {label_smoothing}.")
         self.label_smoothing = label_smoothing
         self.pad_token_id = pad_token_id
+        self.unsmoothed_ids = tuple(int(i) for i in unsmoothed_ids)
         self.from_logits = from_logits
 
     def __call__(self, y_true, y_pred, sample_weight=None):
@@ -63,8 +79,15 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
             log_probs = ops.log(ops.clip(y_pred, 1e-9, 1.0))
         y_true = ops.cast(y_true, "int32")
         nll = -ops.squeeze(ops.take_along_axis(log_probs, y_true[..., None], axis=-1), -1)
-        uniform = -ops.mean(log_probs, axis=-1)
         eps = self.label_smoothing
+        if eps == 0:
+            return nll
+        vocabulary = ops.arange(ops.shape(log_probs)[-1])
+        smoothed = ops.ones_like(vocabulary, dtype="bool")
+        for token_id in self.unsmoothed_ids:
+            smoothed = smoothed & (vocabulary != token_id)
+        smoothed = ops.cast(smoothed, "float32")
+        uniform = -ops.sum(log_probs * smoothed, axis=-1) / ops.sum(smoothed)
         return (1.0 - eps) * nll + eps * uniform
 
     def get_config(self):
@@ -73,6 +96,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
             {
                 "label_smoothing": self.label_smoothing,
                 "pad_token_id": self.pad_token_id,
+                "unsmoothed_ids": list(self.unsmoothed_ids),
                 "from_logits": self.from_logits,
             }
         )

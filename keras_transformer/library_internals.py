@@ -1,0 +1,64 @@
+"""Every use of a private Keras or KerasHub attribute, in one place.
+
+Each function here exists because the installed library offers no public
+route to something the paper needs. `tests/test_library_internals.py` checks
+every name this module touches against the installed versions, so an
+upgrade that moves one fails there, loudly, instead of somewhere deep in a
+training run.
+"""
+
+import keras
+
+# The residual-branch dropouts of KerasHub's blocks (section 5.4: "applied to
+# the output of each sub-layer, before it is added to the sub-layer input").
+ENCODER_RESIDUAL_DROPOUTS = ("_self_attention_dropout", "_feedforward_dropout")
+DECODER_RESIDUAL_DROPOUTS = (
+    "_self_attention_dropout",
+    "_cross_attention_dropout",
+    "_feedforward_dropout",
+)
+# The attention layers of KerasHub's blocks.
+ENCODER_ATTENTION_LAYERS = ("_self_attention_layer",)
+DECODER_ATTENTION_LAYERS = ("_self_attention_layer", "_cross_attention_layer")
+
+
+def replace_residual_dropouts(block: keras.layers.Layer, names: tuple[str, ...], rate: float) -> None:
+    """Gives a block being built new residual `Dropout` layers of `rate`.
+
+    KerasHub hands its blocks' one `dropout` to the attention layers and the
+    residual dropouts alike, at construction, and Keras refuses flash
+    attention for an attention layer made with dropout > 0. The blocks of
+    this package therefore build with the attention dropout and then get
+    their residual dropouts here (a `Dropout` made with rate 0 has no seed
+    state, so its rate cannot simply be raised). Call it from `build`, before
+    Keras locks the block's state; the replaced layers are untracked.
+    """
+    for name in names:
+        old = getattr(block, name)
+        block._layers.remove(old)
+        setattr(block, name, keras.layers.Dropout(rate, dtype=block.dtype_policy, name=old.name))
+
+
+def attention_layers(block: keras.layers.Layer, names: tuple[str, ...]) -> list:
+    """The `MultiHeadAttention` layers of a built KerasHub block."""
+    return [getattr(block, name) for name in names if getattr(block, name, None) is not None]
+
+
+def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
+    """The learning rate the optimizer's next update uses (schedules included).
+
+    `optimizer.learning_rate` evaluates a schedule at `iterations`, which
+    counts micro-batches under gradient accumulation; Keras' own helper is
+    what its updates use.
+    """
+    return float(keras.ops.convert_to_numpy(optimizer._get_current_learning_rate()))
+
+
+def projection_kernels(attention: keras.layers.MultiHeadAttention) -> dict:
+    """W^Q, W^K, W^V and W^O of a built `MultiHeadAttention`, by name."""
+    return {
+        "query": attention._query_dense.kernel,
+        "key": attention._key_dense.kernel,
+        "value": attention._value_dense.kernel,
+        "output": attention._output_dense.kernel,
+    }
