@@ -2,12 +2,20 @@
 
 from keras_transformer import layers
 from keras_transformer.models.search import beam_search, greedy_search, length_penalty
-from keras_transformer.models.transformer import Transformer, paper_optimizer
+from keras_transformer.models.transformer import Transformer
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.models.transformer_preprocessor import TransformerPreprocessor
 from keras_transformer.models.transformer_tokenizer import TransformerTokenizer, train_tokenizer
-from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy, TransformerSchedule
+from keras_transformer.training import (
+    LabelSmoothedCrossEntropy,
+    MaskedAccuracy,
+    TransformerSchedule,
+    paper_optimizer,
+)
+from keras_transformer.preset_resolution import register_builtin_presets
 from keras_transformer.version import __version__
+
+register_builtin_presets()
 
 __all__ = [
     "LabelSmoothedCrossEntropy",

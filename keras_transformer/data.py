@@ -25,7 +25,6 @@ Example:
 """
 
 import dataclasses
-import gzip
 import itertools
 import os
 import warnings
@@ -33,34 +32,9 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
+from keras_transformer.files import decode_message, raw_lines, read_lines
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
 
-
-
-def read_lines(path: str | os.PathLike) -> Iterator[str]:
-    """Yields the lines of a UTF-8 text file (plain or `.gz`) without newlines.
-
-    Raises:
-        ValueError: naming the file and line of bytes that are not UTF-8.
-    """
-    for number, raw in enumerate(_raw_lines(path), start=1):
-        try:
-            yield raw.decode("utf-8").rstrip("\r\n")
-        except UnicodeDecodeError as error:
-            raise ValueError(_decode_message(path, number, error)) from None
-
-
-def _raw_lines(path) -> Iterator[bytes]:
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rb") as f:
-        yield from f
-
-
-def _decode_message(path, number, error) -> str:
-    return (
-        f"{path}, line {number}: not valid UTF-8 ({error.reason} at byte "
-        f"{error.start}). Re-encode the file as UTF-8."
-    )
 
 
 @dataclasses.dataclass
@@ -123,7 +97,7 @@ def read_parallel(
         for side, name in zip(pair, names):
             if isinstance(side, UnicodeDecodeError):
                 if not skip_bad:
-                    raise ValueError(_decode_message(name, number, side))
+                    raise ValueError(decode_message(name, number, side))
                 report.undecodable += 1
                 return
         for side, name in zip(pair, names):
@@ -174,7 +148,7 @@ def read_parallel(
 
 def _decoded_lines(path) -> Iterator[str | UnicodeDecodeError]:
     """Lines as strings, or the decoding error in place of a bad line."""
-    for raw in _raw_lines(path):
+    for raw in raw_lines(path):
         try:
             yield raw.decode("utf-8").rstrip("\r\n")
         except UnicodeDecodeError as error:

@@ -9,6 +9,20 @@ training run.
 
 import keras
 
+# KerasHub's preset file names and preset machinery: no public module of
+# keras_hub exports them (`keras_hub.src.utils.preset_utils`).
+from keras_hub.src.utils.preset_utils import (
+    ASSET_DIR,
+    BUILTIN_PRESETS_FOR_BACKBONE,
+    CONFIG_FILE,
+    HF_PREFIX,
+    METADATA_FILE,
+    MODEL_WEIGHTS_FILE,
+    README_FILE,
+    get_preset_saver,
+    register_presets,
+)
+
 # The residual-branch dropouts of KerasHub's blocks (section 5.4: "applied to
 # the output of each sub-layer, before it is added to the sub-layer input").
 ENCODER_RESIDUAL_DROPOUTS = ("_self_attention_dropout", "_feedforward_dropout")
@@ -62,3 +76,15 @@ def projection_kernels(attention: keras.layers.MultiHeadAttention) -> dict:
         "value": attention._value_dense.kernel,
         "output": attention._output_dense.kernel,
     }
+
+
+
+def add_special_token(tokenizer, piece: str, name: str) -> None:
+    """Declares `piece` as the tokenizer's `<name>` / `<name>_id` (KerasHub's
+    own model tokenizers call this protected method the same way)."""
+    tokenizer._add_special_token(piece, name)
+
+
+def sentence_piece_op(tokenizer):
+    """The `tf_text.SentencepieceTokenizer` inside a KerasHub tokenizer, or None."""
+    return getattr(tokenizer, "_sentence_piece", None)

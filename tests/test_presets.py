@@ -21,8 +21,8 @@ from huggingface_hub import constants as hf_constants
 from keras_hub.src.utils import preset_utils as hub_preset_utils
 
 import keras_transformer as kt
-from keras_transformer import cli, preset_utils
-from keras_transformer import presets as kt_presets
+from keras_transformer import cli, preset_integrity, preset_resolution, preset_saving
+from keras_transformer.models import transformer_presets as kt_presets
 
 PAPER = {
     # name: (vocabulary, d_model, d_ff, heads, dropout), Table 3 and section 6.1
@@ -59,7 +59,7 @@ def isolated_registry(monkeypatch):
     monkeypatch.setattr(
         hub_preset_utils, "BUILTIN_PRESETS_FOR_BACKBONE", copy.deepcopy(hub_preset_utils.BUILTIN_PRESETS_FOR_BACKBONE)
     )
-    monkeypatch.setattr(preset_utils, "BUILTIN_PRESETS_FOR_BACKBONE", hub_preset_utils.BUILTIN_PRESETS_FOR_BACKBONE)
+    monkeypatch.setattr(preset_resolution, "BUILTIN_PRESETS_FOR_BACKBONE", hub_preset_utils.BUILTIN_PRESETS_FOR_BACKBONE)
 
 
 @pytest.fixture
@@ -81,14 +81,14 @@ def logits(model, ids=TOKEN_IDS):
 def test_paper_presets_are_registered_with_kerashub():
     for name in PAPER:
         assert name in kt.Transformer.presets
-        assert name in preset_utils.available_presets()
+        assert name in preset_resolution.available_presets()
         assert hub_preset_utils.BUILTIN_PRESETS[name]["kaggle_handle"] == f"hf://keras-transformer/{name}"
 
 
 @pytest.mark.parametrize("name", sorted(PAPER))
 def test_paper_preset_config_and_card(name):
     vocabulary, hidden, intermediate, heads, dropout = PAPER[name]
-    folder = REPO_ROOT / "presets" / name
+    folder = REPO_ROOT / "keras_transformer" / "presets" / name
     config = json.loads((folder / "config.json").read_text())
     assert config["registered_name"] == "keras_transformer>TransformerBackbone"
     assert {k: config["config"][k] for k in ("vocabulary_size", "hidden_dim", "intermediate_dim", "num_heads", "dropout")} == {
@@ -123,7 +123,7 @@ def test_big_parameter_count(offline_hub):
 
 
 def test_unreachable_hub_says_what_to_do(offline_hub):
-    with pytest.raises(preset_utils.HubUnreachableError) as error:
+    with pytest.raises(preset_resolution.HubUnreachableError) as error:
         kt.Transformer.from_preset("base_en_de")
     message = str(error.value)
     assert "hf://keras-transformer/base_en_de" in message
@@ -142,7 +142,7 @@ def test_unpublished_paper_preset(offline_hub, monkeypatch):
         raise huggingface_hub.errors.RepositoryNotFoundError("404", response=response)
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
-    with pytest.raises(preset_utils.NotOnHubError, match="not been published yet.*load_weights=False"):
+    with pytest.raises(preset_resolution.NotOnHubError, match="not been published yet.*load_weights=False"):
         kt.Transformer.from_preset("base_en_fr")
     with pytest.warns(UserWarning, match="has no such repository"):
         model = kt.Transformer.from_preset("base_en_fr", load_weights=False)
@@ -228,7 +228,7 @@ def test_hub_handle_loads_from_cache_offline(saved, offline_hub):
     # A hub preset without checksums cannot be verified, so it is refused.
     metadata = repo / "snapshots" / commit / "metadata.json"
     metadata.write_text(json.dumps({k: v for k, v in json.loads(metadata.read_text()).items()
-                                    if k != preset_utils.CHECKSUMS_KEY}))
+                                    if k != preset_integrity.CHECKSUMS_KEY}))
     with pytest.raises(ValueError, match="no checksums"):
         kt.Transformer.from_preset("hf://someone/tiny")
 
@@ -238,7 +238,7 @@ def test_saved_presets_in_a_folder_register_by_name(tmp_path, tokenizer, offline
     model = make_model(tokenizer)
     model.save_to_preset(tmp_path / "shelf" / "multi30k_xx_yy", model_card="---\nlicense: apache-2.0\n---\n# t\n\nA tiny test model.\n")
     (tmp_path / "shelf" / "not_a_preset").mkdir()
-    registered = kt_presets.register(tmp_path / "shelf")
+    registered = preset_resolution.register_builtin_presets(tmp_path / "shelf")
     assert "multi30k_xx_yy" in registered and "not_a_preset" not in registered
     assert registered["multi30k_xx_yy"]["metadata"]["description"] == "A tiny test model."
     loaded = kt.Transformer.from_preset("multi30k_xx_yy")
@@ -287,7 +287,7 @@ def test_config_that_does_not_match_weights(saved):
     config = json.loads((folder / "task.json").read_text())
     config["config"]["backbone"]["config"]["num_decoder_layers"] = 1
     (folder / "task.json").write_text(json.dumps(config))
-    preset_utils.write_checksums(folder)  # a consistent-looking but wrong preset
+    preset_integrity.write_checksums(folder)  # a consistent-looking but wrong preset
     with pytest.raises(ValueError, match="config does not match the weights"):
         kt.Transformer.from_preset(str(folder))
 
@@ -305,7 +305,7 @@ def test_configs_naming_code_are_refused(saved, layer):
     config = json.loads((folder / "task.json").read_text())
     config["config"]["backbone"]["config"]["dtype"] = layer  # anywhere in the config
     (folder / "task.json").write_text(json.dumps(config))
-    preset_utils.write_checksums(folder)
+    preset_integrity.write_checksums(folder)
     with pytest.raises(ValueError, match="Refusing to load"):
         kt.Transformer.from_preset(str(folder))
 
@@ -317,7 +317,7 @@ import os, sys, time
 import keras
 keras.utils.set_random_seed(99)
 import keras_transformer as kt
-from keras_transformer import preset_utils
+from keras_transformer import preset_saving
 sys.path.insert(0, {tests!r})
 from conftest import PAIRS, make_model
 
@@ -327,7 +327,7 @@ def block(*args, **kwargs):
 
 if {point!r} == "writing":
     # KerasHub has written the weights into the temporary folder.
-    preset_utils.write_checksums = block
+    preset_saving.write_checksums = block
 else:
     # The old preset has been moved aside, the new one not yet renamed.
     rename = os.rename
@@ -335,7 +335,7 @@ else:
         rename(source, target)
         if ".previous-" in str(target):
             block()
-    preset_utils.os.rename = slow_rename
+    preset_saving.os.rename = slow_rename
 tokenizer = kt.train_tokenizer([s for p in PAIRS for s in p] * 10, vocabulary_size=64)
 make_model(tokenizer).save_to_preset({target!r})
 """
@@ -440,3 +440,18 @@ def test_upload_refuses_a_bad_handle(saved, fake_hub, capsys):
     _, folder = saved
     assert cli.main(["upload", str(folder), "someone/tiny"]) == 1
     assert fake_hub == [] and "hf://user/name" in capsys.readouterr().err
+
+
+def test_paper_preset_configs_are_the_train_architectures():
+    # The one architecture table (transformer_presets.ARCHITECTURES) and the
+    # shipped config.json of each paper preset say the same.
+    table = {"base": "transformer_base", "big": "transformer_big"}
+    for name in kt_presets.PAPER_PRESETS:
+        config = json.loads((REPO_ROOT / "keras_transformer" / "presets" / name / "config.json").read_text())["config"]
+        architecture = dict(kt_presets.ARCHITECTURES[table[name.split("_")[0]]])
+        layers = architecture.pop("num_layers")
+        assert config["num_encoder_layers"] == config["num_decoder_layers"] == layers, name
+        if name == "big_en_fr":
+            architecture["dropout"] = 0.1  # section 6.1: big English-French used 0.1
+        for key, value in architecture.items():
+            assert config[key] == value, (name, key)

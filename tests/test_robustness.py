@@ -17,6 +17,7 @@ from conftest import PAIRS, REPO_ROOT
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from keras_transformer.models.translation import tokenize
 from keras_transformer.sentences import split_sentences
 from keras_transformer.training import checkpoints
 from keras_transformer.training.callbacks import CURVES_CSV, read_curves
@@ -77,7 +78,7 @@ def test_bytes_are_decoded_as_utf8(trained_model):
 
 def test_packed_sources_match_the_preprocessor(tiny_model):
     texts = ["a dog runs .", "two cats play ."]
-    packed = tiny_model._pack_sources(tiny_model._tokenize(texts))
+    packed = tiny_model.preprocessor.pack_sources(tokenize(tiny_model.preprocessor.tokenizer, texts))
     length = packed["encoder_token_ids"].shape[1]
     expected = tiny_model.preprocessor.generate_preprocess(texts, encoder_sequence_length=length)
     for key in ("encoder_token_ids", "encoder_padding_mask"):
@@ -99,7 +100,7 @@ def test_sentence_splitting():
 def test_too_long_input_is_split_at_sentences_and_joined(trained_model, monkeypatch):
     room = trained_model.max_source_tokens
     assert room == 14  # preprocessor length 16 minus <s> </s>
-    assert len(trained_model._tokenize([LONG_TEXT])[0]) > room
+    assert len(tokenize(trained_model.preprocessor.tokenizer, [LONG_TEXT])[0]) > room
     batches = record_batches(trained_model, monkeypatch)
     translation = trained_model.translate(["two cats play .", LONG_TEXT], beam_size=None)
     assert translation == ["zwei katzen spielen .", " ".join(p[1] for p in PAIRS[:4])]
@@ -113,7 +114,7 @@ def test_too_long_sentence_is_split_on_token_count_at_word_starts(tiny_model, mo
     tokenizer = tiny_model.preprocessor.tokenizer
     rows = [row[1 : int(np.sum(row != 0)) - 1] for batch in batches for row in batch]
     assert len(rows) >= 2 and all(len(r) <= tiny_model.max_source_tokens for r in rows)
-    assert sum(len(r) for r in rows) == len(tiny_model._tokenize([text])[0])  # nothing lost
+    assert sum(len(r) for r in rows) == len(tokenize(tiny_model.preprocessor.tokenizer, [text])[0])  # nothing lost
     vocabulary = tokenizer.get_vocabulary()
     assert all(vocabulary[int(r[0])].startswith("\u2581") for r in rows)  # each piece starts a word
 
@@ -124,7 +125,7 @@ def test_too_long_error_and_truncate_policies(tiny_model, monkeypatch):
     batches = record_batches(tiny_model, monkeypatch)
     with pytest.warns(UserWarning, match="1 input.* truncated to 14 tokens"):
         tiny_model.translate(["a dog .", LONG_TEXT], too_long="truncate", beam_size=None, max_extra_length=2)
-    short = len(tiny_model._tokenize(["a dog ."])[0])
+    short = len(tokenize(tiny_model.preprocessor.tokenizer, ["a dog ."])[0])
     assert sorted(int(np.sum(row != 0)) - 2 for row in batches[0]) == [short, 14]
     with pytest.raises(ValueError, match="too_long must be one of"):
         tiny_model.translate("a dog .", too_long="ignore")

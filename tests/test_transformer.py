@@ -1,4 +1,5 @@
 import keras
+import keras_hub
 import numpy as np
 import pytest
 from keras import ops
@@ -146,3 +147,64 @@ def test_decoding_compiles_once_per_length_bucket(trained_model):
     trained_model.translate(["two cats play ."], beam_size=2)
     trained_model.translate(["a man walks . a dog"], beam_size=2)
     assert function.experimental_get_tracing_count() == traces
+
+
+def test_keras_hub_decoding_api_follows_compile_sampler(trained_model):
+    # KerasHub's inherited API works: compile(sampler=...) picks the search
+    # that generate, generate_step and make_generate_function then use.
+    greedy = trained_model.generate(["a dog runs ."], beam_size=None)
+    trained_model.compile(optimizer=keras.optimizers.Adam(0.01), sampler=keras_hub.samplers.GreedySampler())
+    try:
+        assert trained_model.generate(["a dog runs ."]) == greedy
+        packed = trained_model.preprocessor.pack_sources([[5, 6]])
+        packed["decoder_token_ids"] = np.zeros((1, 16), "int32")
+        stepped = trained_model.generate_step(packed)
+        direct = trained_model.make_generate_function()(packed)
+        np.testing.assert_array_equal(ops.convert_to_numpy(stepped["decoder_token_ids"]),
+                                      ops.convert_to_numpy(direct["decoder_token_ids"]))
+        with pytest.raises(ValueError, match="greedy or beam search"):
+            trained_model.compile(sampler="top_k")
+        with pytest.raises(ValueError, match="stops at the end token"):
+            trained_model.generate(["a dog"], stop_token_ids=[7])
+        assert trained_model.generate(["a dog runs ."], stop_token_ids=[3]) == greedy
+    finally:
+        trained_model.compile(optimizer=keras.optimizers.Adam(0.01), label_smoothing=0.0)
+
+
+def test_generate_on_token_ids_uses_the_backbones_special_ids():
+    # A vocabulary whose end token is 5 and whose sources carry no start
+    # token (Marian's packing): the search must stop at 5 and count the
+    # source's length without special tokens.
+    keras.utils.set_random_seed(0)
+    backbone = kt.TransformerBackbone(
+        vocabulary_size=20, num_encoder_layers=1, num_decoder_layers=1, num_heads=2,
+        hidden_dim=8, intermediate_dim=16, pad_token_id=19, start_token_id=19, end_token_id=5,
+    )
+    model = kt.Transformer(backbone)
+    source = np.array([[7, 8, 9, 5, 19, 19]], "int32")
+    out = model.generate({"encoder_token_ids": source, "encoder_padding_mask": source != 19},
+                         beam_size=None, max_extra_length=2)
+    tokens = out["decoder_token_ids"][0]
+    assert tokens[0] == 19  # the start token
+    length = int(np.argmax(tokens == 5))  # where the end token is
+    assert 1 <= length <= 3 + 2 + 1  # source tokens 7 8 9, plus 2, then the end token
+    assert np.all(tokens[length + 1 :] == 19) and not np.any(tokens[1:length] == 19)
+
+
+def test_special_ids_must_agree_with_the_tokenizer(tokenizer):
+    backbone = kt.TransformerBackbone(
+        vocabulary_size=tokenizer.vocabulary_size(), num_encoder_layers=1, num_decoder_layers=1,
+        num_heads=2, hidden_dim=8, intermediate_dim=16, end_token_id=7,
+    )
+    with pytest.raises(ValueError, match="disagree on special token ids.*end_token_id"):
+        kt.Transformer(backbone, kt.TransformerPreprocessor(tokenizer, 8, 8))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        kt.TransformerBackbone(vocabulary_size=4, num_encoder_layers=1, num_decoder_layers=1,
+                               num_heads=2, hidden_dim=8, intermediate_dim=16, end_token_id=9)
+
+
+@pytest.mark.parametrize("alpha", [-0.5, float("nan")])
+def test_negative_length_penalty_is_refused(trained_model, alpha):
+    # The early stop's bound on what a live beam can still reach needs alpha >= 0.
+    with pytest.raises(ValueError, match="alpha"):
+        trained_model.generate(["a dog"], alpha=alpha)

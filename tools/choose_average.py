@@ -26,9 +26,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from keras_transformer import TransformerTokenizer, data
-    from keras_transformer.commands.train import (
-        CHECKPOINT_DIR, RUN_FILE, VOCABULARY_FILE, build_model, compile_model,
-    )
+    from keras_transformer.commands.train import compile_model
+    from keras_transformer.files import read_lines
+    from keras_transformer.run_folder import CHECKPOINT_DIR, RUN_FILE, VOCABULARY_FILE, build_model
     from keras_transformer.training import checkpoints
 
     with open(os.path.join(args.run_dir, RUN_FILE)) as f:
@@ -37,8 +37,8 @@ def main() -> None:
     tokenizer = TransformerTokenizer(proto=os.path.join(args.run_dir, VOCABULARY_FILE))
     model = build_model(run["backbone"], tokenizer, run_args.max_length)
     compile_model(model, run_args)
-    sources = list(data.read_lines(args.valid_src))
-    targets = list(data.read_lines(args.valid_tgt))
+    sources = list(read_lines(args.valid_src))
+    targets = list(read_lines(args.valid_tgt))
     pairs = data.tokenize_pairs(sources, targets, tokenizer, run_args.max_length)
     batches = data.with_batch_count(data.token_batches(pairs, run_args.tokens_per_batch, shuffle=False))
     paths = checkpoints.list_checkpoints(os.path.join(args.run_dir, CHECKPOINT_DIR))

@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from keras_transformer import Transformer
-    from keras_transformer.data import read_lines
+    from keras_transformer.files import read_lines
     from keras_transformer.evaluation import evaluate_model
 
     if args.beam_size < 1:

@@ -23,13 +23,9 @@ import math
 import os
 import warnings
 
-ARCHITECTURES = {
-    # Table 3 of the paper.
-    "transformer_base": dict(num_layers=6, hidden_dim=512, intermediate_dim=2048, num_heads=8, dropout=0.1),
-    "transformer_big": dict(num_layers=6, hidden_dim=1024, intermediate_dim=4096, num_heads=16, dropout=0.3),
-    # Wu et al. 2021's Multi30k model (see PAPER.md).
-    "transformer_tiny": dict(num_layers=4, hidden_dim=128, intermediate_dim=256, num_heads=4, dropout=0.3),
-}
+from keras_transformer.models.transformer_presets import ARCHITECTURES
+from keras_transformer.run_folder import CHECKPOINT_DIR, RUN_FILE, VOCABULARY_FILE, build_model
+
 ARCHITECTURE_FLAGS = {
     "layers": "num_layers",
     "hidden_dim": "hidden_dim",
@@ -38,9 +34,6 @@ ARCHITECTURE_FLAGS = {
     "dropout": "dropout",
     "attention_dropout": "attention_dropout",
 }
-RUN_FILE = "run.json"
-VOCABULARY_FILE = "vocabulary.spm"
-CHECKPOINT_DIR = "checkpoints"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -109,7 +102,7 @@ def resolve_architecture(args: argparse.Namespace) -> dict:
         if key not in config
     ]
     if missing:
-        from keras_transformer.cli import UserError
+        from keras_transformer.errors import UserError
 
         raise UserError(f"the model size is not given: use --preset, --config, or {' '.join(missing)}.")
     for key in ("vocabulary_size", "name", "trainable", "dtype"):
@@ -123,7 +116,7 @@ def _preset_architecture(preset: str, args) -> dict:
     if all(getattr(args, flag) is not None for flag in ("layers", "hidden_dim", "ff_dim", "heads")):
         return {}  # The flags say everything; don't depend on the preset loading.
     from keras_transformer import Transformer
-    from keras_transformer.cli import UserError
+    from keras_transformer.errors import UserError
 
     try:
         with warnings.catch_warnings():
@@ -158,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     if args.coordinator:
         # Before anything touches a JAX device.
         distribute.initialize(args.coordinator, args.num_processes, args.process_id)
-    chief = args.process_id == 0  # the one process that writes the run folder
+    chief = distribute.is_chief()  # the one process that writes the run folder
     # Before any tokenizer exists: tf.random.set_seed clears TF's eager
     # resources, which breaks the SentencePiece op afterwards.
     keras.utils.set_random_seed(args.seed)
@@ -331,20 +324,10 @@ def _vocabulary(args, sentences, write=True):
     return tokenizer
 
 
-def build_model(backbone_config: dict, tokenizer, max_length: int):
-    """A `Transformer` with a preprocessor, so that it saves as a full preset."""
-    from keras_transformer import Transformer, TransformerBackbone, TransformerPreprocessor
-
-    return Transformer(
-        backbone=TransformerBackbone(**backbone_config),
-        preprocessor=TransformerPreprocessor(tokenizer, max_length, max_length),
-    )
-
-
 def compile_model(model, args, loss="auto") -> None:
     """The paper's Adam and schedule, with --peak-lr and --accumulate."""
     from keras_transformer import MaskedAccuracy, TransformerSchedule, paper_optimizer
-    from keras_transformer.training.callbacks import TargetTokens
+    from keras_transformer.training import TargetTokens
 
     hidden_dim = model.backbone.hidden_dim
     scale = 1.0

@@ -117,6 +117,23 @@ class TransformerPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
             # The target keeps one token fewer: inputs and labels are shifted.
             self._report_cut(self._tokenize(x["decoder_text"]), decoder_length - 1, "target")
 
+    def pack_sources(self, rows: list[list[int]], bucket: int = 16) -> dict:
+        """Token id lists packed as this preprocessor packs sources, as arrays.
+
+        The length is padded to the next multiple of `bucket`, so that a
+        compiled decoder sees few shapes.
+        """
+        if not self.built:
+            self.build(None)
+        longest = max((len(ids) for ids in rows), default=0) + 2  # room for start and end
+        length = -(-longest // bucket) * bucket
+        ragged = tf.ragged.constant(rows, dtype="int32", ragged_rank=1) if rows else tf.zeros((0, 0), "int32")
+        token_ids, padding_mask = self.encoder_packer(ragged, sequence_length=length)
+        return {
+            "encoder_token_ids": keras.ops.convert_to_numpy(token_ids),
+            "encoder_padding_mask": keras.ops.convert_to_numpy(padding_mask),
+        }
+
     def _tokenize(self, text):
         text = tf.convert_to_tensor(text)
         if text.shape.rank == 0:

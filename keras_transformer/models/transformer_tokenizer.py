@@ -9,8 +9,8 @@ import keras_hub
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from keras_transformer import library_internals, special_tokens
 from keras_transformer.models.transformer_backbone import TransformerBackbone
-from keras_transformer import special_tokens
 from keras_transformer.special_tokens import END, END_ID, PAD, PAD_ID, START, START_ID, UNK, UNK_ID
 
 
@@ -41,9 +41,8 @@ class TransformerTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
     backbone_cls = TransformerBackbone
 
     def __init__(self, proto=None, **kwargs):
-        self._add_special_token(START, "start_token")
-        self._add_special_token(END, "end_token")
-        self._add_special_token(PAD, "pad_token")
+        for piece, name in ((START, "start_token"), (END, "end_token"), (PAD, "pad_token")):
+            library_internals.add_special_token(self, piece, name)
         super().__init__(proto=proto, **kwargs)
 
     def set_proto(self, proto):
@@ -58,7 +57,6 @@ class TransformerTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
                 f"TransformerTokenizer needs ({expected}); it has {actual}. "
                 "Train the vocabulary with `keras_transformer.train_tokenizer`."
             )
-
 
     def tokenize(self, inputs):
         self._restore_sentence_piece()
@@ -77,7 +75,7 @@ class TransformerTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
         ... SentencepieceOp ... does not exist". One cheap eager look-up finds
         out, at trace time or per eager call.
         """
-        sentence_piece = getattr(self, "_sentence_piece", None)
+        sentence_piece = library_internals.sentence_piece_op(self)
         if self.proto is None or not isinstance(sentence_piece, tf_text.SentencepieceTokenizer):
             return
         with tf.init_scope():
@@ -114,7 +112,7 @@ def train_tokenizer(
     """
     import sentencepiece
 
-    from keras_transformer.data import read_lines
+    from keras_transformer.files import read_lines
 
     data = list(data) if not isinstance(data, list) else data
     if data and all(isinstance(d, (str, os.PathLike)) and os.path.isfile(d) for d in data):

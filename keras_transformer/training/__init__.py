@@ -1,7 +1,8 @@
-"""The training recipe of section 5: schedule, loss, metric."""
+"""The training recipe of section 5: optimizer, schedule, loss, metrics."""
 
 from keras_transformer.training.losses import LabelSmoothedCrossEntropy
-from keras_transformer.training.metrics import MaskedAccuracy
+from keras_transformer.training.metrics import MaskedAccuracy, TargetTokens
+from keras_transformer.training.optimizer import paper_optimizer
 from keras_transformer.training.schedule import TransformerSchedule
 
-__all__ = ["LabelSmoothedCrossEntropy", "MaskedAccuracy", "TransformerSchedule"]
+__all__ = ["LabelSmoothedCrossEntropy", "MaskedAccuracy", "TargetTokens", "TransformerSchedule", "paper_optimizer"]

@@ -1,4 +1,4 @@
-"""Token accuracy that ignores padding."""
+"""Token metrics that ignore padding: accuracy, and the count of target tokens."""
 
 import keras
 from keras import ops
@@ -28,6 +28,34 @@ class MaskedAccuracy(keras.metrics.SparseCategoricalAccuracy):
         if sample_weight is not None:
             weight = weight * ops.cast(sample_weight, self.dtype)
         return super().update_state(y_true, y_pred, sample_weight=weight)
+
+    def get_config(self):
+        return {**super().get_config(), "pad_token_id": self.pad_token_id}
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TargetTokens(keras.metrics.Metric):
+    """Counts the real (non-padding) target tokens seen since the last reset.
+
+    `TrainingMonitor` turns its value into tokens per second. Counting in the
+    training step (rather than in the input pipeline) counts what every
+    replica actually trained on.
+    """
+
+    def __init__(self, pad_token_id: int = 0, name: str = "target_tokens", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_token_id = pad_token_id
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count", dtype="float32")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.count.assign_add(ops.sum(ops.cast(ops.not_equal(y_true, self.pad_token_id), "float32")))
+
+    def result(self):
+        # A tensor, not the variable itself (JAX cannot trace a variable out).
+        return ops.cast(self.count, "float32")
+
+    def reset_state(self):
+        self.count.assign(0.0)
 
     def get_config(self):
         return {**super().get_config(), "pad_token_id": self.pad_token_id}

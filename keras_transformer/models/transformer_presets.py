@@ -1,7 +1,8 @@
-"""The built-in presets, registered with KerasHub's preset machinery.
+"""The built-in presets, as data (KerasHub's `<model>_presets.py`).
 
-Two kinds, both usable by name in `Transformer.from_preset(name)` and in
-KerasHub's own `keras_hub.models.Seq2SeqLM.from_preset(name)`:
+`keras_transformer/__init__.py` registers them with KerasHub, so that both
+`Transformer.from_preset(name)` and KerasHub's own
+`keras_hub.models.Seq2SeqLM.from_preset(name)` take the names. Two kinds:
 
 - **The paper's models** (`PAPER_PRESETS`): Table 3's base and big
   configurations for WMT 2014 English-German and English-French. Their
@@ -10,31 +11,39 @@ KerasHub's own `keras_hub.models.Seq2SeqLM.from_preset(name)`:
   (`<name>/README.md`) and architecture (`<name>/config.json`), so that
   `Transformer.from_preset("base_en_de", load_weights=False)` builds the
   architecture offline.
-- **Shipped presets** (`shipped_presets()`): every folder here that holds a
-  complete saved preset (a `config.json`, weights and a `metadata.json`
+- **Shipped presets** (`shipped_presets()`): every folder of the package
+  data folder `keras_transformer/presets/` that holds a complete saved preset (a `config.json`, weights and a `metadata.json`
   written by `Transformer.save_to_preset`) is registered under the folder's
   name, e.g. `multi30k_en_de`, and loads from disk with no download.
 
 Example:
->>> import keras_transformer  # registers the presets
->>> sorted(keras_transformer.Transformer.presets)[:4]
+>>> sorted(PAPER_PRESETS)
 ['base_en_de', 'base_en_fr', 'big_en_de', 'big_en_fr']
+>>> sorted(shipped_presets())
+['multi30k_en_de', 'multi30k_en_fr']
 """
 
 import json
 from pathlib import Path
 
-from keras_hub.src.utils.preset_utils import (
+from keras_transformer.library_internals import (
     CONFIG_FILE,
     METADATA_FILE,
     MODEL_WEIGHTS_FILE,
     README_FILE,
-    register_presets,
 )
 
-from keras_transformer.models.transformer_backbone import TransformerBackbone
+# The architectures `keras-transformer train --preset` builds, by name.
+ARCHITECTURES = {
+    # Table 3 of the paper.
+    "transformer_base": dict(num_layers=6, hidden_dim=512, intermediate_dim=2048, num_heads=8, dropout=0.1),
+    "transformer_big": dict(num_layers=6, hidden_dim=1024, intermediate_dim=4096, num_heads=16, dropout=0.3),
+    # Wu et al. 2021's Multi30k model (see PAPER.md).
+    "transformer_tiny": dict(num_layers=4, hidden_dim=128, intermediate_dim=256, num_heads=4, dropout=0.3),
+}
 
-PRESETS_DIR = Path(__file__).resolve().parent
+# Package data: the shipped presets' files, one folder each.
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 HUB_ORG = "keras-transformer"
 
 
@@ -111,20 +120,3 @@ def shipped_presets(root: Path = PRESETS_DIR) -> dict:
             "kaggle_handle": str(directory),
         }
     return presets
-
-
-def register(root: Path = PRESETS_DIR) -> dict:
-    """Registers the paper's presets and the saved presets under `root`.
-
-    Called on import for this package's folder; call it again with another
-    folder to register presets kept elsewhere, by folder name.
-
-    Returns:
-        The registered presets, by name.
-    """
-    presets = {**PAPER_PRESETS, **shipped_presets(root)}
-    register_presets(presets, TransformerBackbone)
-    return presets
-
-
-register()

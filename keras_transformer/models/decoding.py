@@ -1,0 +1,157 @@
+"""Decoding a batch of token ids as one compiled graph (section 6.1).
+
+`search_step` runs the encoder once, fills the cross-attention caches on the
+first decoder step, and hands a cached one-position `step` to the greedy or
+beam search of `keras_transformer.models.search`. `compiled_search` compiles
+it per backend: XLA on TensorFlow, `jax.jit` on JAX (stateless, the
+variables passed in), `torch.no_grad` on torch.
+"""
+
+from collections.abc import Callable
+from functools import partial
+
+import keras
+from keras import ops
+
+from keras_transformer.models import search
+from keras_transformer.models.transformer_backbone import TransformerBackbone
+
+
+def resolve_jit_compile(jit_compile: bool | str = "auto") -> bool:
+    """`"auto"` means XLA on TensorFlow and JAX, whatever the device.
+
+    Keras resolves `jit_compile="auto"` to False for TensorFlow on a machine
+    without a GPU, so training and decoding ran uncompiled on CPUs; measured
+    here, XLA makes base-size training about 1.7x and beam search about 2.4x
+    faster on CPU too. On torch, "auto" stays eager (`torch.compile` is
+    opt-in with `jit_compile=True`).
+
+    Example:
+    >>> resolve_jit_compile(False)
+    False
+    """
+    if jit_compile != "auto":
+        return bool(jit_compile)
+    return keras.config.backend() in ("tensorflow", "jax")
+
+
+def check_search_arguments(beam_size: int | None, alpha: float, max_extra_length: int) -> None:
+    """Raises a `ValueError` naming the first bad decoding argument."""
+    if beam_size is not None and (not isinstance(beam_size, int) or beam_size < 1):
+        raise ValueError(f"beam_size must be a positive integer or None; got {beam_size!r}.")
+    # The early stop compares finished scores with the best a live beam can
+    # still reach, log P / lp(max length); that bound needs lp to grow with
+    # length, i.e. alpha >= 0.
+    if not alpha >= 0:
+        raise ValueError(f"alpha (the length penalty exponent) must be >= 0; got {alpha!r}.")
+    if not isinstance(max_extra_length, int) or max_extra_length < 0:
+        raise ValueError(f"max_extra_length must be an integer >= 0; got {max_extra_length!r}.")
+
+
+def search_step(
+    backbone: TransformerBackbone,
+    inputs: dict,
+    beam_size: int | None = 4,
+    alpha: float = 0.6,
+    max_extra_length: int = 50,
+) -> dict:
+    """Decodes one batch of token ids; traceable as a single graph.
+
+    Args:
+        backbone: the network; its special ids are the search's.
+        inputs: `encoder_token_ids`, `encoder_padding_mask` (`(batch,
+            source_length)`) and `decoder_token_ids`, whose static length is
+            the output buffer, start token included.
+        beam_size: beams per sentence, or `None` for greedy search.
+        alpha: length penalty exponent for beam search.
+        max_extra_length: each sentence gets at most its source length
+            (its tokens other than the start and end tokens) plus this
+            many tokens before its end token (section 6.1).
+
+    Returns:
+        `{"decoder_token_ids", "decoder_padding_mask"}`: the translations
+        as token ids, start and end tokens included.
+    """
+    source_ids = inputs["encoder_token_ids"]
+    source_mask = inputs["encoder_padding_mask"]
+    batch, source_length = ops.shape(source_ids)[0], ops.shape(source_ids)[1]
+    buffer_length = ops.shape(inputs["decoder_token_ids"])[1]
+    start_token_id, end_token_id = backbone.start_token_id, backbone.end_token_id
+    pad_token_id = backbone.pad_token_id
+
+    encoder_output = backbone.encode(source_ids, source_mask)
+    # Source tokens without start and end tokens (whichever packing the
+    # tokenizer uses), plus the paper's 50, plus the end token.
+    is_text = ops.cast(source_mask, "bool") & (source_ids != start_token_id) & (source_ids != end_token_id)
+    max_lengths = ops.sum(ops.cast(is_text, "int32"), axis=-1) + max_extra_length + 1
+
+    start = ops.full((batch, 1), start_token_id, dtype="int32")
+    logits, self_cache, cross_cache = backbone.decode_step(
+        start,
+        0,
+        encoder_output,
+        source_mask,
+        backbone.empty_cache(batch, buffer_length),
+        backbone.empty_cache(batch, source_length),
+        fill_cross_attention_cache=True,
+    )
+    first_log_probs = ops.log_softmax(ops.cast(logits[:, 0, :], "float32"))
+    if beam_size is not None:
+        # Every beam of a sentence reads the same source.
+        encoder_output, source_mask, cross_cache = (
+            ops.repeat(t, beam_size, axis=0) for t in (encoder_output, source_mask, cross_cache)
+        )
+
+    def step(token_ids, index, cache):
+        logits, cache, _ = backbone.decode_step(
+            token_ids, index, encoder_output, source_mask, cache, cross_cache
+        )
+        return ops.log_softmax(ops.cast(logits[:, 0, :], "float32")), cache
+
+    special = dict(start_token_id=start_token_id, end_token_id=end_token_id, pad_token_id=pad_token_id)
+    if beam_size is None:
+        tokens = search.greedy_search(step, first_log_probs, self_cache, max_lengths, buffer_length, **special)
+    else:
+        tokens, _ = search.beam_search(
+            step, first_log_probs, self_cache, max_lengths, buffer_length, beam_size, alpha, **special
+        )
+    return {"decoder_token_ids": tokens, "decoder_padding_mask": tokens != pad_token_id}
+
+
+def compiled_search(model: keras.Model, jit_compile: bool, **config) -> Callable[[dict], dict]:
+    """`search_step` on `model.backbone`, compiled for the backend.
+
+    Args:
+        model: a model with a `backbone`; its variables are read at each call
+            (on JAX they are passed to the compiled function).
+        jit_compile: XLA on TensorFlow; ignored elsewhere.
+        **config: `search_step`'s `beam_size`, `alpha`, `max_extra_length`.
+    """
+    function = partial(search_step, model.backbone, **config)
+    backend = keras.config.backend()
+    if backend == "torch":
+        import torch
+
+        def without_gradients(inputs):
+            with torch.no_grad():
+                return function(inputs)
+
+        return without_gradients
+    if model.run_eagerly:
+        return function
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(function, jit_compile=jit_compile)
+    if backend == "jax":
+        import jax
+
+        variables = model.variables
+
+        @jax.jit
+        def stateless(values, inputs):
+            with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                return function(inputs)
+
+        return lambda inputs: stateless([v.value for v in variables], inputs)
+    return function

@@ -1,0 +1,177 @@
+"""Translating any number of texts of any length, in batches of similar length.
+
+`translate_texts` is what `Transformer.translate` runs: it checks every
+input, cuts texts longer than the model takes (by sentences, then at word
+starts) or truncates or refuses them as asked, sorts the pieces by length,
+decodes them `batch_size` at a time with the model's `generate`, and puts
+the translations back together in the order given.
+"""
+
+import warnings
+
+import keras
+
+from keras_transformer.sentences import split_sentences
+
+TOO_LONG_POLICIES = ("split", "truncate", "error")
+PROGRESS_MIN_BATCHES = 3  # a progress bar beyond this many batches
+WORD_START = "\u2581"  # SentencePiece's "▁", which begins a piece that begins a word
+
+
+def translate_texts(
+    model,
+    texts,
+    *,
+    beam_size: int | None,
+    alpha: float,
+    max_extra_length: int,
+    batch_size: int,
+    too_long: str,
+    verbose: int | str,
+) -> list[str] | str:
+    """See `Transformer.translate`; `model` is a `Transformer`."""
+    if too_long not in TOO_LONG_POLICIES:
+        raise ValueError(f"too_long must be one of {TOO_LONG_POLICIES}; got {too_long!r}.")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer; got {batch_size}.")
+    if model.preprocessor is None:
+        raise ValueError("translate() needs a model with a preprocessor; use generate() with token ids.")
+    single = isinstance(texts, (str, bytes))
+    texts = check_texts([texts] if single else texts)
+    room = model.max_source_tokens
+    if room < 1:
+        raise ValueError(
+            f"This model takes sources of at most {room} tokens: raise the "
+            "preprocessor's encoder_sequence_length or the backbone's max_sequence_length."
+        )
+    tokenizer = model.preprocessor.tokenizer
+    token_ids = tokenize(tokenizer, texts) if texts else []
+    segments = _segments(tokenizer, texts, token_ids, room, too_long)
+
+    order = sorted(range(len(segments)), key=lambda s: len(segments[s][1]))
+    num_batches = -(-len(segments) // batch_size)
+    if verbose == "auto":
+        verbose = int(num_batches > PROGRESS_MIN_BATCHES)
+    progress = keras.utils.Progbar(len(segments), verbose=verbose, unit_name="sentence")
+    outputs = [""] * len(segments)
+    for start in range(0, len(segments), batch_size):
+        batch = order[start : start + batch_size]
+        translations = model.generate(
+            model.preprocessor.pack_sources([segments[s][1] for s in batch]),
+            beam_size=beam_size,
+            alpha=alpha,
+            max_extra_length=max_extra_length,
+        )
+        for s, text in zip(batch, translations):
+            outputs[s] = text
+        progress.add(len(batch))
+
+    results = [[] for _ in texts]
+    for (index, _), text in zip(segments, outputs):
+        results[index].append(text)
+    results = [" ".join(t for t in parts if t) for parts in results]
+    return results[0] if single else results
+
+
+def _segments(tokenizer, texts, token_ids, room, too_long) -> list[tuple[int, list[int]]]:
+    """Each input as one or more `(input index, token ids)` of at most `room` tokens."""
+    too_long_inputs = [i for i, ids in enumerate(token_ids) if len(ids) > room]
+    if too_long_inputs and too_long == "error":
+        first = too_long_inputs[0]
+        raise ValueError(
+            f"texts[{first}] has {len(token_ids[first])} tokens, more than the {room} this "
+            f"model takes ({len(too_long_inputs)} input(s) are too long); pass "
+            "too_long='split' or too_long='truncate'."
+        )
+    if too_long_inputs and too_long == "truncate":
+        warnings.warn(
+            f"{len(too_long_inputs)} input(s) longer than {room} tokens were truncated to "
+            f"{room} tokens (texts[{too_long_inputs[0]}] first); too_long='split' "
+            "translates them whole.",
+            stacklevel=4,
+        )
+    segments = []
+    for index, ids in enumerate(token_ids):
+        if len(ids) <= room:
+            parts = [ids] if ids else []
+        elif too_long == "truncate":
+            parts = [ids[:room]]
+        else:
+            parts = split_for_translation(tokenizer, texts[index], room)
+        segments.extend((index, part) for part in parts)
+    return segments
+
+
+def tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of each text, as Python lists."""
+    return [list(row) for row in to_list(tokenizer(texts))]
+
+
+def split_for_translation(tokenizer, text: str, room: int) -> list[list[int]]:
+    """Token ids of the sentences of `text`, too long ones cut to `room`."""
+    vocabulary = None
+    parts = []
+    for ids in tokenize(tokenizer, split_sentences(text)):
+        while len(ids) > room:
+            vocabulary = vocabulary or tokenizer.get_vocabulary()
+            cut = word_start_before(ids, room, vocabulary)
+            parts.append(ids[:cut])
+            ids = ids[cut:]
+        if ids:
+            parts.append(ids)
+    return parts
+
+
+def word_start_before(ids: list[int], room: int, vocabulary: list[str]) -> int:
+    """Where to cut `ids` into at most `room` tokens: the last word start in
+    the second half of the window, or `room` if there is none. Cutting a
+    word's subwords apart would garble that word."""
+    for cut in range(room, room // 2, -1):
+        if vocabulary[ids[cut]].startswith(WORD_START):
+            return cut
+    return room
+
+
+def check_texts(texts) -> list[str]:
+    """`texts` as a list of str: bytes decoded, anything else named by index."""
+    if texts is None or isinstance(texts, dict) or not hasattr(texts, "__iter__"):
+        raise TypeError(
+            "translate() argument 'texts' must be a string or a list of strings; "
+            f"got {type(texts).__name__}."
+        )
+    checked = []
+    for index, text in enumerate(texts):
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(
+                    f"translate() argument 'texts' item {index} is not valid UTF-8 "
+                    f"({error.reason} at byte {error.start})."
+                ) from None
+        if not isinstance(text, str):
+            raise TypeError(
+                f"translate() argument 'texts' item {index} must be a string; "
+                f"got {type(text).__name__}."
+            )
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            # Lone surrogates, e.g. from a file read with errors="surrogateescape".
+            raise ValueError(
+                f"translate() argument 'texts' item {index} cannot be encoded as UTF-8 "
+                f"({error.reason} at character {error.start})."
+            ) from None
+        checked.append(str(text))
+    return checked
+
+
+def to_list(x) -> list:
+    """A tensor, ragged tensor or array as nested Python lists."""
+    if hasattr(x, "to_list"):
+        return x.to_list()
+    if hasattr(x, "numpy"):
+        x = x.numpy()
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    return list(x)

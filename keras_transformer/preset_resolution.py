@@ -1,0 +1,165 @@
+"""From a preset's name, `hf://` handle or folder to a verified local folder.
+
+Registered names (`available_presets()`) map to a folder of this package or
+a Hugging Face Hub repository; hub presets are read from huggingface_hub's
+cache first and downloaded otherwise, with errors that say what to do
+(unknown names get the closest match; an unreachable hub gets the ways to
+work offline). Every folder is verified (`preset_integrity`) before use.
+
+Example:
+>>> "base_en_de" in available_presets()
+True
+"""
+
+import difflib
+import os
+import warnings
+from pathlib import Path
+
+from keras_transformer.library_internals import (
+    ASSET_DIR,
+    BUILTIN_PRESETS_FOR_BACKBONE,
+    CONFIG_FILE,
+    HF_PREFIX,
+    MODEL_WEIGHTS_FILE,
+    README_FILE,
+    register_presets,
+)
+from keras_transformer.models.transformer_backbone import TransformerBackbone
+from keras_transformer.models.transformer_presets import PAPER_PRESETS, PRESETS_DIR, shipped_presets
+from keras_transformer.preset_integrity import check_safe_configs, interrupted_save_hint, verify_preset
+
+# Files a model needs to build without weights; the rest is weights.
+ARCHITECTURE_PATTERNS = ["*.json", f"{ASSET_DIR}/*", README_FILE]
+
+
+class HubUnreachableError(ConnectionError):
+    """The Hugging Face Hub could not be reached and the preset is not cached."""
+
+
+class NotOnHubError(FileNotFoundError):
+    """The Hugging Face Hub has no such repository (or it is private)."""
+
+
+def register_builtin_presets(root: str | os.PathLike = PRESETS_DIR) -> dict:
+    """Registers the paper's presets and the saved presets in `root`'s folders.
+
+    `keras_transformer` calls it on import for the presets it ships; call it
+    with another folder to register presets kept elsewhere, by folder name.
+
+    Returns:
+        The registered presets, by name.
+    """
+    presets = {**PAPER_PRESETS, **shipped_presets(Path(root))}
+    register_presets(presets, TransformerBackbone)
+    return presets
+
+
+def available_presets() -> list[str]:
+    """The names `Transformer.from_preset` accepts, besides folders and handles."""
+    return sorted(BUILTIN_PRESETS_FOR_BACKBONE[TransformerBackbone])
+
+
+def resolve_preset(preset: str | os.PathLike, load_weights: bool = True) -> tuple[Path, bool]:
+    """Finds a preset on disk (downloading it if needed) and verifies it.
+
+    Args:
+        preset: a registered name (`available_presets()`), an
+            `hf://org/name` handle, or a preset folder.
+        load_weights: whether the weights are needed; without them only the
+            configs and the vocabulary are fetched from the hub.
+
+    Returns:
+        `(folder, architecture_only)`. `architecture_only` is `True` when a
+        paper preset's vocabulary could not be fetched and `folder` is this
+        package's copy of its `config.json` (only with `load_weights=False`).
+
+    Raises:
+        ValueError: an unknown name, or a damaged or unsafe preset.
+        FileNotFoundError: a missing folder or file, named.
+        HubUnreachableError: the hub could not be reached and nothing is cached.
+    """
+    if not isinstance(preset, (str, os.PathLike)):
+        raise TypeError(f"preset must be a name, an hf:// handle or a folder; got {type(preset).__name__}.")
+    preset = os.fspath(preset)
+    registered = BUILTIN_PRESETS_FOR_BACKBONE[TransformerBackbone]
+    handle = registered[preset]["kaggle_handle"] if preset in registered else preset
+    if handle.startswith(HF_PREFIX):
+        try:
+            directory = hub_snapshot(handle, preset, load_weights)
+        except (HubUnreachableError, NotOnHubError) as error:
+            if load_weights or preset not in PAPER_PRESETS:
+                raise
+            directory = PRESETS_DIR / preset
+            reason = (
+                "could not be reached, and it is not in the local cache"
+                if isinstance(error, HubUnreachableError)
+                else "has no such repository"
+            )
+            warnings.warn(
+                f"The vocabulary of '{preset}' belongs on the Hugging Face Hub ({handle}), which "
+                f"{reason}. Built the architecture from {directory / CONFIG_FILE} "
+                "without a preprocessor (model.preprocessor is None). To translate text, attach "
+                "the vocabulary it was trained with: model.preprocessor = "
+                "keras_transformer.TransformerPreprocessor("
+                "keras_transformer.TransformerTokenizer('vocabulary.spm')).",
+                stacklevel=3,
+            )
+            check_safe_configs(directory)
+            return directory, True
+        verify_preset(directory, load_weights, require_checksums=True)
+        return directory, False
+    if "://" in handle:
+        raise ValueError(
+            f"Transformer.from_preset reads registered names, hf:// handles and folders; "
+            f"got '{preset}'. Download other hubs' presets to a folder first."
+        )
+    if os.path.isdir(handle):
+        verify_preset(Path(handle), load_weights)
+        return Path(handle), False
+    if os.sep in preset or preset.startswith(".") or (os.altsep and os.altsep in preset):
+        raise FileNotFoundError(f"There is no preset folder at '{preset}'.{interrupted_save_hint(Path(preset))}")
+    names = available_presets()
+    close = difflib.get_close_matches(preset, names, n=1)
+    suggestion = f" Did you mean '{close[0]}'?" if close else ""
+    raise ValueError(
+        f"Unknown preset '{preset}'.{suggestion} Available presets: {', '.join(names)}; "
+        "or give a preset folder or an hf://org/name handle."
+    )
+
+
+def hub_snapshot(handle: str, name: str, load_weights: bool = True) -> Path:
+    """The local folder of a hub preset: the cache if it has it, else a download."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
+
+    repo_id = handle.removeprefix(HF_PREFIX)
+    patterns = None if load_weights else ARCHITECTURE_PATTERNS
+    needed = [CONFIG_FILE] + ([MODEL_WEIGHTS_FILE] if load_weights else [])
+    try:
+        cached = Path(snapshot_download(repo_id, local_files_only=True, allow_patterns=patterns))
+        if all((cached / f).is_file() for f in needed):
+            return cached
+    except LocalEntryNotFoundError:
+        pass  # not cached (or only partly): download
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=patterns))
+    except RepositoryNotFoundError as error:
+        unpublished = (
+            f" The weights of '{name}' have not been published yet; build the architecture "
+            f"with Transformer.from_preset('{name}', load_weights=False)."
+            if name in PAPER_PRESETS
+            else ""
+        )
+        raise NotOnHubError(
+            f"The Hugging Face Hub has no repository {handle} (or it is private: log in "
+            f"with `hf auth login`).{unpublished}"
+        ) from error
+    except (LocalEntryNotFoundError, ConnectionError) as error:
+        shown = handle if name == handle else f"'{name}' ({handle})"
+        raise HubUnreachableError(
+            f"Could not load preset {shown}: the Hugging Face Hub could not be reached and it "
+            "is not in the local cache. Load a local preset folder instead "
+            "(Transformer.from_preset('path/to/preset')), or build the architecture without "
+            f"weights (Transformer.from_preset('{name}', load_weights=False))."
+        ) from error

@@ -1,0 +1,91 @@
+"""Imports inside the package only point down the layers listed here.
+
+A module may import modules of its own layer or of layers below it, never
+above: function-level (deferred) imports count too. This list is the one
+place the order is written down; a new module must be added to it.
+"""
+
+import ast
+import fnmatch
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "keras_transformer"
+
+# Lowest first. Names are module paths inside `keras_transformer`.
+LAYERS = [
+    ["version", "errors", "files", "special_tokens", "sentences", "library_internals", "evaluation"],
+    ["layers", "layers.*"],
+    ["models.search"],
+    ["models.transformer_backbone"],
+    ["models.transformer_tokenizer", "models.transformer_preprocessor", "models.transformer_presets"],
+    ["models.decoding", "models.translation"],
+    ["preset_integrity", "model_card"],
+    ["preset_resolution", "preset_saving"],
+    ["training", "training.*"],
+    ["models", "models.transformer"],
+    ["data", "distribute", "run_folder"],
+    [""],  # the package itself: the public API, which the command line uses
+    ["commands", "commands.*"],
+    ["cli"],
+]
+
+
+def layer_of(module: str) -> int:
+    for level, patterns in enumerate(LAYERS):
+        if any(fnmatch.fnmatchcase(module, pattern) for pattern in patterns):
+            return level
+    raise AssertionError(f"keras_transformer.{module} is in no layer of tests/test_layering.py: add it.")
+
+
+def modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        yield ".".join(parts), path
+
+
+def imported_modules(path: Path) -> set[str]:
+    """`keras_transformer` modules imported anywhere in the file, by name inside the package."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from keras_transformer.x import y` imports the module x.y if
+            # there is one, else the name y of the module x.
+            submodules = [f"{node.module}.{alias.name}" for alias in node.names]
+            names = [name for name in submodules if _is_module(name)] or [node.module]
+        else:
+            continue
+        for name in names:
+            if _is_module(name):
+                found.add(name.removeprefix("keras_transformer").lstrip("."))
+    return found
+
+
+def _is_module(name: str) -> bool:
+    """Whether `name` is `keras_transformer` or one of its modules."""
+    if name == "keras_transformer":
+        return True
+    if not name.startswith("keras_transformer."):
+        return False
+    path = PACKAGE / name.removeprefix("keras_transformer.").replace(".", "/")
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def test_every_import_points_down():
+    upward = []
+    for module, path in modules():
+        level = layer_of(module)
+        for imported in imported_modules(path):
+            if imported != module and layer_of(imported) > level:
+                upward.append(f"keras_transformer.{module} imports keras_transformer.{imported}")
+    assert not upward, "imports that point up the layers:\n" + "\n".join(upward)
+
+
+def test_the_check_finds_an_upward_import(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from keras_transformer.cli import main\n")
+    assert imported_modules(module) == {"cli"}
+    assert layer_of("cli") > layer_of("models.transformer")

@@ -1,0 +1,48 @@
+"""A wheel built from the source tree carries every shipped preset."""
+
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from conftest import REPO_ROOT
+
+SHIPPED = ["multi30k_en_de", "multi30k_en_fr"]
+
+CHILD = """
+import sys
+import keras_transformer as kt
+assert kt.__file__.startswith(sys.argv[1]), kt.__file__
+for name in sys.argv[2:]:
+    model = kt.Transformer.from_preset(name)
+    print(name, model.translate("Two dogs play in the snow.", beam_size=None))
+"""
+
+
+@pytest.mark.slow
+def test_a_wheel_installs_and_loads_every_shipped_preset_offline(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(REPO_ROOT), "--no-deps", "--no-build-isolation",
+         "-q", "-w", str(tmp_path / "dist")],
+        check=True,
+    )
+    (wheel,) = (tmp_path / "dist").glob("keras_transformer-*.whl")
+    installed = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        archive.extractall(installed)
+    for name in SHIPPED:
+        for file in ("config.json", "model.weights.h5", "metadata.json", "README.md",
+                     "assets/tokenizer/vocabulary.spm"):
+            assert f"keras_transformer/presets/{name}/{file}" in names
+    run = subprocess.run(
+        [sys.executable, "-c", CHILD, str(installed), *SHIPPED],
+        cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(installed),
+        "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2",
+        "KERAS_BACKEND": "tensorflow", "HOME": str(tmp_path)},
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.strip().splitlines()
+    assert [line.split()[0] for line in lines] == SHIPPED
+    assert all(len(line.split()) > 2 for line in lines)  # a translation, not an empty line
