@@ -51,10 +51,11 @@ class SinusoidalPositionEncoding(keras_hub.layers.SinePositionEncoding):
         shape = ops.shape(inputs)
         length, hidden_dim = shape[-2], shape[-1]
         positions = ops.cast(ops.arange(length) + start_index, "float32")
-        # 1 / 10000^(2i / d_model) for i = 0 .. d_model/2 - 1.
+        # 1 / 10000^(2i / d_model) for i = 0 .. d_model/2 - 1, rounded as
+        # KerasHub rounds it in float32 (the same table to the last bit).
         frequencies = ops.power(
-            ops.cast(self.max_wavelength, "float32"),
-            -ops.cast(ops.arange(0, hidden_dim, 2), "float32") / ops.cast(hidden_dim, "float32"),
+            ops.cast(1 / self.max_wavelength, "float32"),
+            ops.cast(ops.arange(0, hidden_dim, 2), "float32") / ops.cast(hidden_dim, "float32"),
         )
         angles = positions[:, None] * frequencies[None, :]  # (length, d_model / 2)
         sines, cosines = ops.sin(angles), ops.cos(angles)
