@@ -18,6 +18,7 @@ COMMANDS = {
     "train": "Train a model on parallel text.",
     "average": "Average the last checkpoints of a run into a preset.",
     "evaluate": "Translate a test set and report sacreBLEU.",
+    "export": "Export a preset as a TensorFlow SavedModel for serving.",
     "upload": "Upload a preset directory to the Hugging Face Hub.",
 }
 

@@ -23,7 +23,7 @@ LAYERS = [
     ["preset_resolution", "preset_saving"],
     ["training", "training.*"],
     ["models", "models.transformer"],
-    ["data", "distribute", "run_folder"],
+    ["data", "distribute", "run_folder", "serving"],
     [""],  # the package itself: the public API, which the command line uses
     ["commands", "commands.*"],
     ["cli"],
