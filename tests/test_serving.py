@@ -34,11 +34,14 @@ sources = tf.constant(json.loads(sys.argv[2]))
 default = model.signatures["serving_default"](inputs=sources)["outputs"]
 greedy = model.signatures["translate_with_options"](
     inputs=sources, alpha=tf.constant(0.6), greedy=tf.constant(True))["outputs"]
+long_penalty = model.signatures["translate_with_options"](
+    inputs=sources, alpha=tf.constant(1.5), greedy=tf.constant(False))["outputs"]
 empty = model.signatures["serving_default"](inputs=tf.constant([], tf.string))["outputs"]
 assert "keras_transformer" not in sys.modules
 print(json.dumps({
     "beam": [t.decode("utf-8") for t in default.numpy()],
     "greedy": [t.decode("utf-8") for t in greedy.numpy()],
+    "alpha 1.5": [t.decode("utf-8") for t in long_penalty.numpy()],
     "empty": empty.numpy().tolist(),
 }))
 """
@@ -60,7 +63,7 @@ def test_saved_model_translates_as_translate_does(trained, trained_model, tokeni
     if trained:
         model = trained_model
     else:
-        # Untrained, its outputs run long and beam search differs from greedy.
+        # Untrained: long, arbitrary outputs, where the search matters more.
         keras.utils.set_random_seed(11)
         model = make_model(tokenizer)
     directory = export_saved_model(model, tmp_path / "exported")
@@ -69,6 +72,8 @@ def test_saved_model_translates_as_translate_does(trained, trained_model, tokeni
         assert outputs["beam"] == model.translate(SOURCES, beam_size=4, too_long="truncate")
     with pytest.warns(UserWarning, match="truncated"):
         assert outputs["greedy"] == model.translate(SOURCES, beam_size=None, too_long="truncate")
+    with pytest.warns(UserWarning, match="truncated"):
+        assert outputs["alpha 1.5"] == model.translate(SOURCES, beam_size=4, alpha=1.5, too_long="truncate")
     assert outputs["empty"] == []
     if trained:
         assert outputs["beam"][:2] == ["ein hund rennt .", "zwei katzen spielen ."]
