@@ -19,6 +19,7 @@ COMMANDS = {
     "average": "Average the last checkpoints of a run into a preset.",
     "evaluate": "Translate a test set and report sacreBLEU.",
     "export": "Export a preset as a TensorFlow SavedModel for serving.",
+    "attention": "Draw a preset's attention weights for one sentence.",
     "upload": "Upload a preset directory to the Hugging Face Hub.",
 }
 

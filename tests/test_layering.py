@@ -23,7 +23,7 @@ LAYERS = [
     ["preset_resolution", "preset_saving"],
     ["training", "training.*"],
     ["models", "models.transformer"],
-    ["data", "distribute", "run_folder", "serving"],
+    ["data", "distribute", "run_folder", "serving", "attention_maps"],
     [""],  # the package itself: the public API, which the command line uses
     ["commands", "commands.*"],
     ["cli"],
