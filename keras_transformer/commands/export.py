@@ -15,6 +15,7 @@ Example:
 """
 
 import argparse
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,17 +44,20 @@ def run(args: argparse.Namespace) -> int:
             f"export needs the TensorFlow backend, and Keras was already started on "
             f"{keras.config.backend()!r}; run `KERAS_BACKEND=tensorflow keras-transformer export ...`."
         )
+    # Checked before the (slow) loading of the preset.
+    target = Path(args.directory)
+    if target.exists() and not target.is_dir():
+        raise UserError(f"{target} exists and is not a folder; choose another export folder.")
+    if target.is_dir() and any(target.iterdir()) and not args.overwrite:
+        raise UserError(f"{target} is not empty; pass --overwrite to replace it.")
     model = Transformer.from_preset(args.preset)
-    try:
-        directory = export_saved_model(
-            model,
-            args.directory,
-            beam_size=args.beam_size,
-            alpha=args.alpha,
-            max_extra_length=args.max_extra_length,
-            overwrite=args.overwrite,
-        )
-    except FileExistsError as error:
-        raise UserError(str(error).replace("overwrite=True (--overwrite)", "--overwrite")) from None
+    directory = export_saved_model(
+        model,
+        target,
+        beam_size=args.beam_size,
+        alpha=args.alpha,
+        max_extra_length=args.max_extra_length,
+        overwrite=args.overwrite,
+    )
     print(f"exported {args.preset} to {directory} (signature 'serving_default': strings in, translations out).")
     return 0
