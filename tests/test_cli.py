@@ -21,8 +21,12 @@ pytestmark = pytest.mark.slow  # each test starts Python and TensorFlow (~5-15 s
 NATIVE_LOG = re.compile(r"^(WARNING: All log messages before absl|[IWEF]\d{4} |To enable the following instructions)")
 
 
-def run_cli(*args, stdin="", cwd=None):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+def run_cli(*args, stdin="", cwd=None, **environment):
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        **environment,
+    )
     env.pop("KERAS_TRANSFORMER_DEBUG", None)
     return subprocess.run(
         [sys.executable, "-m", "keras_transformer.cli", *map(str, args)],
@@ -193,7 +197,11 @@ def test_attention_writes_a_picture(preset, tmp_path):
     )
 
 
-def test_export_refuses_a_folder_with_files(preset, tmp_path):
+def test_export_refuses_a_folder_with_files_and_runs_on_tensorflow(preset, tmp_path):
     (tmp_path / "mine.txt").write_text("keep")
     assert_user_error(run_cli("export", preset, tmp_path), "export", "not empty", "--overwrite")
     assert (tmp_path / "mine.txt").read_text() == "keep"
+    # Whatever KERAS_BACKEND says, export runs on TensorFlow.
+    result = run_cli("export", preset, tmp_path, "--overwrite", KERAS_BACKEND="jax")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "saved_model.pb").exists() and not (tmp_path / "mine.txt").exists()
