@@ -126,7 +126,7 @@ def _encoder_attention(backbone, token_ids, padding_mask):
     for block in backbone.encoder_blocks:
         # KerasHub's encoder block returns its weights itself.
         x, scores = block(x, padding_mask=padding_mask, return_attention_scores=True)
-        maps.append(ops.convert_to_numpy(scores)[0])
+        maps.append(ops.convert_to_numpy(scores)[0].astype("float32"))
     if backbone.encoder_final_norm is not None:
         x = backbone.encoder_final_norm(x)
     return np.stack(maps), x
@@ -141,7 +141,7 @@ def _cross_attention(backbone, decoder_ids, encoder_output, source_mask):
     maps = []
     for block in backbone.decoder_blocks:
         _, scores = cross_attention_of_block(block, x, encoder_output, causal_mask, cross_mask)
-        maps.append(ops.convert_to_numpy(scores)[0])
+        maps.append(ops.convert_to_numpy(scores)[0].astype("float32"))
         x = block(x, encoder_output, encoder_padding_mask=source_mask)
     return np.stack(maps)
 

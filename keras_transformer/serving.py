@@ -95,18 +95,30 @@ def export_saved_model(
     if target.is_dir() and any(target.iterdir()) and not overwrite:
         raise FileExistsError(f"{target} is not empty; pass overwrite=True (--overwrite) to replace it.")
     target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f".{target.name}.partial-*"):
+        shutil.rmtree(stale, ignore_errors=True)  # left by a killed export
     temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     try:
-        archive = _archive(model, beam_size, float(alpha), max_extra_length)
-        archive.write_out(str(temporary), verbose=False)
-        if target.exists():
-            shutil.rmtree(target)
-        os.rename(temporary, target)
-        fsync_directory(target.parent)
+        _archive(model, beam_size, float(alpha), max_extra_length).write_out(str(temporary), verbose=False)
+        _replace(temporary, target)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
     return target
+
+
+def _replace(new: Path, target: Path) -> None:
+    """Renames `new` to `target`; an existing `target` is moved aside first
+    and deleted last, so that a crash leaves the old export or the new one."""
+    if target.exists():
+        aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.previous-", dir=target.parent))
+        os.rename(target, aside / target.name)
+    os.rename(new, target)
+    fsync_directory(target.parent)
+    # The new export is in place: older ones (this one's, or one left by an
+    # export killed between the two renames) are obsolete.
+    for previous in target.parent.glob(f".{target.name}.previous-*"):
+        shutil.rmtree(previous)
 
 
 def _archive(model, beam_size: int, alpha: float, max_extra_length: int):
