@@ -31,6 +31,7 @@ Example:
 import dataclasses
 import math
 import os
+import textwrap
 
 import numpy as np
 from keras import ops
@@ -204,11 +205,12 @@ def plot_cross_attention(maps: AttentionMaps, path: str | os.PathLike, layer: in
     """
     layer = _layer_index(layer, maps.cross_attention.shape[0], "decoder")
     heads = _check_heads(heads, maps.cross_attention.shape[1])
-    title = (
+    title = [
         f"Encoder-decoder attention of decoder layer {layer} "
-        f"(layers 0\u2013{maps.cross_attention.shape[0] - 1}, greedy translation)\n"
-        f"{_shorten(maps.source)}  \u2192  {_shorten(maps.translation)}"
-    )
+        f"(layers 0\u2013{maps.cross_attention.shape[0] - 1}, greedy translation)",
+        f"source: {maps.source}",
+        f"output: {maps.translation}",
+    ]
     _draw(
         [maps.cross_attention[layer, h] for h in heads],
         [f"head {h}" for h in heads],
@@ -233,10 +235,11 @@ def plot_self_attention(maps: AttentionMaps, path: str | os.PathLike, layer: int
     """
     layer = _layer_index(layer, maps.encoder_self_attention.shape[0], "encoder")
     (head,) = _check_heads([head], maps.encoder_self_attention.shape[1])
-    title = (
+    title = [
         f"Encoder self-attention of layer {layer} "
-        f"(layers 0\u2013{maps.encoder_self_attention.shape[0] - 1}), head {head}\n{_shorten(maps.source)}"
-    )
+        f"(layers 0\u2013{maps.encoder_self_attention.shape[0] - 1}), head {head}",
+        f"source: {maps.source}",
+    ]
     _draw(
         [maps.encoder_self_attention[layer, head]],
         [None],
@@ -250,7 +253,8 @@ def plot_self_attention(maps: AttentionMaps, path: str | os.PathLike, layer: int
 
 
 def _draw(matrices, subtitles, columns, rows, column_label, row_label, title, path) -> None:
-    """Heat maps in a grid with one shared colour bar, saved to `path`."""
+    """Heat maps in a grid with one shared colour bar, saved to `path`;
+    `title` is a list of lines, wrapped to the picture's width."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no window, no display needed
@@ -264,10 +268,13 @@ def _draw(matrices, subtitles, columns, rows, column_label, row_label, title, pa
     cell = 0.28
     width = max(3.0, cell * len(columns) + 1.4)
     height = max(2.5, cell * len(rows) + 1.2)
+    figure_width = width * grid_columns + 1.2
+    # About 0.6 em per character of an 11-point font, 72 points an inch.
+    title = "\n".join(textwrap.fill(line, max(30, int(figure_width * 72 / (11 * 0.6)))) for line in title)
     figure, axes = plt.subplots(
         grid_rows,
         grid_columns,
-        figsize=(width * grid_columns + 1.2, height * grid_rows + 1.0),
+        figsize=(figure_width, height * grid_rows + 0.4 + 0.2 * title.count("\n")),
         squeeze=False,
         layout="constrained",
     )
@@ -290,6 +297,3 @@ def _draw(matrices, subtitles, columns, rows, column_label, row_label, title, pa
     figure.savefig(path, dpi=120)
     plt.close(figure)
 
-
-def _shorten(text: str, limit: int = 90) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
