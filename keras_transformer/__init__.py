@@ -1,5 +1,11 @@
 """keras-transformer: the Transformer of "Attention Is All You Need" on Keras 3."""
 
+# First, before Keras: the command line's --backend and its filter of native
+# TensorFlow log lines only work if set before Keras and TensorFlow start.
+from keras_transformer.command_line_startup import prepare_if_command_line
+
+prepare_if_command_line()
+
 from keras_transformer import layers
 from keras_transformer.models.search import beam_search, greedy_search, length_penalty
 from keras_transformer.models.transformer import Transformer

@@ -1,9 +1,14 @@
-"""The `keras-transformer` command: translate, train, average, evaluate, upload.
+"""The `keras-transformer` command: translate, train, average, evaluate, export, ...
 
 Each subcommand lives in `keras_transformer/commands/<name>.py` with two
-functions: `add_arguments(parser)` and `run(args) -> int`. User mistakes are
+functions: `add_arguments(parser)` and `run(args) -> int`; its module
+docstring, example included, is its `--help` description. User mistakes are
 reported on stderr as one sentence, without a traceback: exit code 1 for a
 failure, 2 for wrong usage (argparse's own convention), 0 for success.
+
+`--backend` and the quiet terminal (TensorFlow's native log lines hidden
+unless `--verbose` or KERAS_TRANSFORMER_VERBOSE=1) are set up before Keras
+starts, by `keras_transformer.command_line_startup`.
 """
 
 import argparse
@@ -11,13 +16,27 @@ import importlib
 import os
 import sys
 
+from keras_transformer import command_line_startup
 from keras_transformer.errors import UserError
+
+DESCRIPTION = """\
+The Transformer of "Attention Is All You Need" on Keras 3: translate with a
+preset, train, average checkpoints, evaluate, export for serving, draw
+attention. `keras-transformer COMMAND --help` explains each command.
+
+Example:
+    keras-transformer translate --preset multi30k_en_de "Two dogs play in the snow."
+"""
+# Commands whose --backend picks Keras' backend (export always runs on TensorFlow).
+BACKEND_COMMANDS = ("translate", "train", "average", "evaluate", "attention")
 
 COMMANDS = {
     "translate": "Translate sentences with a preset.",
     "train": "Train a model on parallel text.",
     "average": "Average the last checkpoints of a run into a preset.",
     "evaluate": "Translate a test set and report sacreBLEU.",
+    "export": "Export a preset as a TensorFlow SavedModel for serving.",
+    "attention": "Draw a preset's attention weights for one sentence.",
     "upload": "Upload a preset directory to the Hugging Face Hub.",
 }
 
@@ -31,23 +50,55 @@ def _commands() -> dict:
 
 
 def build_parser(commands: dict) -> argparse.ArgumentParser:
+    verbose_help = f"show TensorFlow's and JAX's own log lines (or set {command_line_startup.VERBOSE_VARIABLE}=1)"
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument("--verbose", dest="native_logs", action="store_true", help=verbose_help)
+    # After the command too; SUPPRESS keeps a --verbose given before it.
+    sub_verbose = argparse.ArgumentParser(add_help=False)
+    sub_verbose.add_argument(
+        "--verbose", dest="native_logs", action="store_true", default=argparse.SUPPRESS, help=verbose_help
+    )
+    backend = argparse.ArgumentParser(add_help=False)
+    backend.add_argument(
+        "--backend", choices=command_line_startup.BACKENDS,
+        help="Keras' backend (default: KERAS_BACKEND, else tensorflow)",
+    )
     parser = argparse.ArgumentParser(
         prog="keras-transformer",
-        description="The Transformer of 'Attention Is All You Need' on Keras 3.",
+        description=DESCRIPTION,
+        # Wide enough a column that each command's help stays on its line.
+        formatter_class=lambda prog: argparse.RawDescriptionHelpFormatter(prog, max_help_position=30),
+        parents=[verbose],
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in commands.items():
-        sub = subparsers.add_parser(name, help=help_text, description=module.__doc__)
+        sub = subparsers.add_parser(
+            name,
+            help=help_text,
+            description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            parents=_parents(name, sub_verbose, backend),
+        )
         module.add_arguments(sub)
         sub.set_defaults(run=module.run)
     return parser
 
 
+def _parents(name: str, verbose: argparse.ArgumentParser, backend: argparse.ArgumentParser) -> list:
+    """The shared options a command takes after its name."""
+    parents = [] if name in command_line_startup.OWN_VERBOSE else [verbose]
+    return parents + [backend] if name in BACKEND_COMMANDS else parents
+
+
 def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = build_parser(_commands())
     args = parser.parse_args(argv)
     try:
+        _check_backend(getattr(args, "backend", None))
+        if args.native_logs:
+            import keras
+
+            print(f"keras-transformer: Keras {keras.__version__} on {keras.config.backend()}.", file=sys.stderr)
         return int(args.run(args) or 0)
     except (UserError, FileNotFoundError, ValueError, TypeError, OSError) as error:
         if os.environ.get("KERAS_TRANSFORMER_DEBUG"):
@@ -57,6 +108,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"keras-transformer {args.command}: interrupted.", file=sys.stderr)
         return 1
+
+
+def _check_backend(requested: str | None) -> None:
+    """`--backend` is applied before Keras starts (command_line_startup);
+    when `main` is called in a process where Keras already runs, it is too late."""
+    if requested is None:
+        return
+    import keras
+
+    if keras.config.backend() != requested:
+        raise UserError(
+            f"--backend {requested} comes too late: Keras already runs on {keras.config.backend()} "
+            f"in this process; set KERAS_BACKEND={requested} before Python imports Keras."
+        )
 
 
 def _sentence(error: Exception) -> str:

@@ -34,6 +34,9 @@ DECODER_RESIDUAL_DROPOUTS = (
 # The attention layers of KerasHub's blocks.
 ENCODER_ATTENTION_LAYERS = ("_self_attention_layer",)
 DECODER_ATTENTION_LAYERS = ("_self_attention_layer", "_cross_attention_layer")
+# The LayerNorms around a KerasHub decoder block's self- and cross-attention
+# sublayers: the cross-attention's query is computed with them.
+DECODER_ATTENTION_NORMS = ("_self_attention_layer_norm", "_cross_attention_layer_norm")
 
 
 def replace_residual_dropouts(block: keras.layers.Layer, names: tuple[str, ...], rate: float) -> None:
@@ -56,6 +59,13 @@ def replace_residual_dropouts(block: keras.layers.Layer, names: tuple[str, ...],
 def attention_layers(block: keras.layers.Layer, names: tuple[str, ...]) -> list:
     """The `MultiHeadAttention` layers of a built KerasHub block."""
     return [getattr(block, name) for name in names if getattr(block, name, None) is not None]
+
+
+def decoder_attention_norms(block: keras.layers.Layer) -> tuple:
+    """The self-attention and cross-attention `LayerNormalization` layers of a
+    built KerasHub `TransformerDecoder` (pictures of attention need the
+    cross-attention's query, which the block does not return)."""
+    return tuple(getattr(block, name) for name in DECODER_ATTENTION_NORMS)
 
 
 def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:

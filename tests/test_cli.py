@@ -5,6 +5,7 @@ wrong usage (argparse). Each test starts `python -m keras_transformer.cli`
 in a subprocess.
 """
 
+import argparse
 import os
 import re
 import subprocess
@@ -15,13 +16,17 @@ from conftest import REPO_ROOT, make_model
 
 pytestmark = pytest.mark.slow  # each test starts Python and TensorFlow (~5-15 s)
 
-# TensorFlow's C++ start-up lines (absl logging ignores TF_CPP_MIN_LOG_LEVEL
-# before the CLI can set it); they are not the command's output.
+# TensorFlow's C++ log lines: the command line keeps them off stderr unless
+# --verbose (tests below); `messages` ignores them all the same.
 NATIVE_LOG = re.compile(r"^(WARNING: All log messages before absl|[IWEF]\d{4} |To enable the following instructions)")
 
 
-def run_cli(*args, stdin="", cwd=None):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+def run_cli(*args, stdin="", cwd=None, **environment):
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        **environment,
+    )
     env.pop("KERAS_TRANSFORMER_DEBUG", None)
     return subprocess.run(
         [sys.executable, "-m", "keras_transformer.cli", *map(str, args)],
@@ -101,3 +106,102 @@ def test_help_exits_0():
     result = run_cli("--help")
     assert result.returncode == 0
     assert all(command in result.stdout for command in ("translate", "train", "average", "evaluate"))
+
+
+def test_translate_shows_no_native_log_lines():
+    result = run_cli("translate", "--preset", "multi30k_en_de", "Two dogs play in the snow.")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Zwei Hunde spielen im Schnee.\n"
+    noise = ("I0000", "W0000", "E0000", "WARNING: All log messages")
+    assert not [line for line in result.stderr.splitlines() if line.startswith(noise)], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_native_log_filter_keeps_everything_else():
+    # The module is loaded from its file: importing the package would start
+    # TensorFlow, whose own start-up lines are not what this test writes.
+    program = (
+        "import importlib.util, os, sys\n"
+        f"spec = importlib.util.spec_from_file_location('startup', {str(REPO_ROOT / 'keras_transformer' / 'command_line_startup.py')!r})\n"
+        "startup = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(startup)\n"
+        "startup.install_native_log_filter()\n"
+        "os.write(2, b'I0000 00:00:1796028103.351484   10885 port.cc:153] oneDNN custom operations are on.\\n')\n"
+        "os.write(2, b'WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\\n')\n"
+        "os.write(2, b'E0000 00:00:1796028229.480159   12258 cuda_platform.cc:52] failed call to cuInit\\n')\n"
+        "os.write(2, b'2019-08-26 11:45:20.776347: I tensorflow/core/gpu_device.cc:1618] Found device 0\\n')\n"
+        "os.write(2, b'a native line of another kind\\n')\n"
+        "print('from Python', file=sys.stderr)\n"
+        "os.write(2, b'no newline at the end')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    # Python's stderr skips the filter, so the order of lines may differ.
+    assert sorted(result.stderr.splitlines()) == ["a native line of another kind", "from Python", "no newline at the end"]
+
+
+def test_verbose_names_the_backend_and_backend_sets_it(preset):
+    pytest.importorskip("jax")
+    result = run_cli("--verbose", "translate", "--backend", "jax", "--preset", preset, "a dog runs .")
+    assert result.returncode == 0, result.stderr
+    assert "on jax." in result.stderr
+    assert len(result.stdout.splitlines()) == 1
+
+
+def test_translate_reads_a_file_one_line_per_line(preset, tmp_path):
+    source = tmp_path / "source.txt"
+    source.write_text("a dog runs .\n\ntwo cats play .\n", encoding="utf-8")
+    from_file = run_cli("translate", "--preset", preset, "--input", source, "--greedy")
+    assert from_file.returncode == 0, from_file.stderr
+    lines = from_file.stdout.split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # three lines, the empty one kept
+    from_arguments = run_cli("translate", "--preset", preset, "--greedy", "a dog runs .", "", "two cats play .")
+    assert from_arguments.stdout == from_file.stdout
+
+
+def test_translate_options_that_exclude_each_other(preset, tmp_path):
+    result = run_cli("translate", "--preset", preset, "--greedy", "--beam-size", "2", "a dog .")
+    assert result.returncode == 2 and "not allowed with" in result.stderr
+    source = tmp_path / "source.txt"
+    source.write_text("a dog .\n", encoding="utf-8")
+    assert_user_error(run_cli("translate", "--preset", preset, "--input", source, "a dog ."), "translate", "not both")
+
+
+def test_every_command_has_help_with_an_example():
+    from keras_transformer import cli
+
+    parser = cli.build_parser(cli._commands())
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(subparsers.choices) == {
+        "translate", "train", "average", "evaluate", "export", "attention", "upload"
+    }
+    for name, sub in subparsers.choices.items():
+        text = sub.format_help()
+        assert "Example" in text and f"keras-transformer {name}" in text, name
+        assert "--verbose" in text, name
+    assert "Example" in parser.format_help()
+
+
+def test_attention_writes_a_picture(preset, tmp_path):
+    picture = tmp_path / "att.png"
+    result = run_cli("attention", "--preset", preset, "a dog runs .", "--out", picture, "--heads", "0,1")
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 1  # the translation
+    import matplotlib.image
+
+    height, width = matplotlib.image.imread(picture).shape[:2]
+    assert height > 200 and width > 300
+    assert_user_error(
+        run_cli("attention", "--preset", preset, "a dog .", "--out", picture, "--layer", "5"),
+        "attention", "--layer 5 is out of range",
+    )
+
+
+def test_export_refuses_a_folder_with_files_and_runs_on_tensorflow(preset, tmp_path):
+    (tmp_path / "mine.txt").write_text("keep")
+    assert_user_error(run_cli("export", preset, tmp_path), "export", "not empty", "--overwrite")
+    assert (tmp_path / "mine.txt").read_text() == "keep"
+    # Whatever KERAS_BACKEND says, export runs on TensorFlow.
+    result = run_cli("export", preset, tmp_path, "--overwrite", KERAS_BACKEND="jax")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "saved_model.pb").exists() and not (tmp_path / "mine.txt").exists()

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "keras_transformer"
 
 # Lowest first. Names are module paths inside `keras_transformer`.
 LAYERS = [
-    ["version", "errors", "files", "special_tokens", "sentences", "library_internals", "evaluation"],
+    ["version", "errors", "command_line_startup", "files", "special_tokens", "sentences", "library_internals", "evaluation"],
     ["layers", "layers.*"],
     ["models.search"],
     ["models.transformer_backbone"],
@@ -23,7 +23,7 @@ LAYERS = [
     ["preset_resolution", "preset_saving"],
     ["training", "training.*"],
     ["models", "models.transformer"],
-    ["data", "distribute", "run_folder"],
+    ["data", "distribute", "run_folder", "serving", "attention_maps"],
     [""],  # the package itself: the public API, which the command line uses
     ["commands", "commands.*"],
     ["cli"],

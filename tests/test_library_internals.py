@@ -33,6 +33,14 @@ def test_keras_hub_blocks_still_have_the_attributes_the_blocks_use():
             }
 
 
+def test_keras_hub_decoder_still_has_its_attention_norms():
+    decoder = keras_hub.layers.TransformerDecoder(16, 2)
+    decoder.build((1, 3, 8), (1, 4, 8))
+    norms = library_internals.decoder_attention_norms(decoder)
+    assert len(norms) == 2
+    assert all(isinstance(norm, keras.layers.LayerNormalization) for norm in norms)
+
+
 def test_replaced_dropouts_leave_no_stale_layer():
     for block_cls in (EncoderBlock, DecoderBlock):
         block = block_cls(16, 2, dropout=0.3, attention_dropout=0.2)

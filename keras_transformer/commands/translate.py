@@ -1,35 +1,122 @@
-"""Translate sentences (arguments, or lines of stdin) with a preset."""
+"""Translate sentences with a preset: one output line for each input line.
+
+Sentences come from the arguments, from a file (--input, plain or .gz), or
+from standard input, one a line; each gives one line on standard output, an
+empty line for an empty one. Decoding is the paper's beam search (beam 4,
+length penalty alpha 0.6) unless --greedy. Reading a file shows a progress
+bar on stderr when stderr is a terminal.
+
+Examples:
+    keras-transformer translate --preset multi30k_en_de "Two dogs play in the snow."
+    keras-transformer translate --preset multi30k_en_de --input test.en --greedy > test.de
+    cat test.en | keras-transformer translate --preset multi30k_en_de --backend jax
+"""
 
 import argparse
 import sys
+import time
+
+CHUNK_BATCHES = 8  # batches read, translated and written at a time
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("sentences", nargs="*", help="sentences to translate; none reads stdin, one a line")
+    parser.add_argument("sentences", nargs="*", help="sentences to translate (default: --input or stdin, one a line)")
     parser.add_argument("--preset", required=True, help="a preset name, a preset directory, or an hf:// handle")
-    parser.add_argument("--beam-size", type=int, default=4, help="beams per sentence (default 4, the paper's)")
+    parser.add_argument("--input", metavar="FILE", help="translate the lines of FILE (plain or .gz; '-' is stdin)")
+    search = parser.add_mutually_exclusive_group()
+    search.add_argument("--beam-size", type=int, default=4, help="beams per sentence (default 4, the paper's)")
+    search.add_argument("--greedy", action="store_true", help="greedy search instead of beam search")
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent (default 0.6)")
-    parser.add_argument("--batch-size", type=int, default=32, help="sentences decoded together")
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default 32)")
     parser.add_argument(
         "--too-long",
         choices=("split", "truncate", "error"),
         default="split",
         help="a sentence longer than the model takes: split it at sentence ends (default), truncate it with a warning, or stop",
     )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
     from keras_transformer import Transformer
+    from keras_transformer.errors import UserError
 
-    sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin]
+    if args.sentences and args.input:
+        raise UserError("give sentences as arguments or --input FILE, not both.")
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1; got {args.batch_size}.")
+    lines, total = _input_lines(args)
     model = Transformer.from_preset(args.preset)
-    for translation in model.translate(
-        sentences,
-        beam_size=args.beam_size,
+    show_progress = bool(args.input) and args.input != "-" and not args.quiet and sys.stderr.isatty()
+    progress = Progress(total, sys.stderr) if show_progress else None
+    chunk = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == CHUNK_BATCHES * args.batch_size:
+            _translate_chunk(model, chunk, args, progress)
+            chunk = []
+    if chunk:
+        _translate_chunk(model, chunk, args, progress)
+    if progress is not None:
+        progress.finish()
+    return 0
+
+
+def _input_lines(args: argparse.Namespace):
+    """The input lines (an iterator, read as translation goes) and their
+    count when known in advance (a file), for the progress bar."""
+    from keras_transformer.files import read_lines
+
+    if args.sentences:
+        return iter(args.sentences), len(args.sentences)
+    if args.input and args.input != "-":
+        total = sum(1 for _ in read_lines(args.input))  # also reports bad UTF-8 before any work
+        return read_lines(args.input), total
+    sys.stdin.reconfigure(encoding="utf-8")
+    return (line.rstrip("\r\n") for line in sys.stdin), None
+
+
+def _translate_chunk(model, lines: list[str], args: argparse.Namespace, progress) -> None:
+    translations = model.translate(
+        lines,
+        beam_size=None if args.greedy else args.beam_size,
         alpha=args.alpha,
         batch_size=args.batch_size,
         too_long=args.too_long,
-        verbose=0,  # a progress bar on stdout would mix with the translations
-    ):
-        print(translation)
-    return 0
+        verbose=0,  # Keras' progress bar writes to stdout, where the translations go
+    )
+    # A translation never holds a line break, so lines stay one for one.
+    sys.stdout.write("".join(t.replace("\n", " ") + "\n" for t in translations))
+    sys.stdout.flush()
+    if progress is not None:
+        progress.add(len(lines))
+
+
+class Progress:
+    """A one-line progress bar, redrawn in place on a terminal stream.
+
+    Example:
+    >>> import io
+    >>> stream = io.StringIO()
+    >>> progress = Progress(4, stream, width=8)
+    >>> progress.add(2)
+    >>> stream.getvalue().split("\\r")[-1].split(" sentences/s")[0].rsplit(" ", 1)[0]
+    '[====    ] 2/4 sentences,'
+    """
+
+    def __init__(self, total: int, stream, width: int = 30):
+        self.total, self.stream, self.width = total, stream, width
+        self.done = 0
+        self.start = time.monotonic()
+
+    def add(self, count: int) -> None:
+        self.done += count
+        filled = self.width * self.done // max(self.total, 1)
+        rate = self.done / max(time.monotonic() - self.start, 1e-9)
+        bar = "=" * filled + " " * (self.width - filled)
+        self.stream.write(f"\r[{bar}] {self.done}/{self.total} sentences, {rate:.1f} sentences/s")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        self.stream.write("\n")
+        self.stream.flush()

@@ -1,0 +1,157 @@
+"""What the command line sets up before Keras and TensorFlow start.
+
+Run as `keras-transformer ...` (or `python -m keras_transformer.cli ...`),
+the package's `__init__` calls `prepare_if_command_line()` before it imports
+Keras, because two things only work before that import:
+
+- `--backend NAME` sets `KERAS_BACKEND` (Keras reads it once, on import);
+  `export` always runs on TensorFlow.
+- TensorFlow's and XLA's native start-up lines ("I0000 ... cudart_stub.cc
+  ... Could not find cuda drivers", "WARNING: All log messages before
+  absl::InitializeLog() ...") are kept off the terminal. TensorFlow 2.19 and
+  later write them through absl before reading `TF_CPP_MIN_LOG_LEVEL`, so no
+  setting silences them: file descriptor 2 becomes a pipe whose lines are
+  forwarded to the real stderr unless they have the native log format.
+  Python's own stderr (warnings, errors, progress bars) writes to the real
+  stderr directly.
+
+`--verbose` (before the command, or after it except for `train`) or `KERAS_TRANSFORMER_VERBOSE=1`
+leaves everything as TensorFlow and JAX print it. Used as a library, the
+package changes nothing of this.
+"""
+
+import atexit
+import io
+import logging
+import os
+import re
+import sys
+import threading
+
+VERBOSE_VARIABLE = "KERAS_TRANSFORMER_VERBOSE"
+BACKENDS = ("tensorflow", "jax", "torch")
+# Commands whose own --verbose means something else: train's is Keras'
+# verbosity (0, 1, 2), so there the global flag goes before the command.
+OWN_VERBOSE = ("train",)
+COMMAND_NAME = "keras-transformer"
+CLI_MODULE = "keras_transformer.cli"
+
+# The line formats of absl/TSL logging (current and TensorFlow < 2.16) and of
+# TensorFlow's CPU-feature notice.
+NATIVE_LOG_LINE = re.compile(
+    rb"^(?:[IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^\]]*\] "
+    rb"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] "
+    rb"|WARNING: All log messages before absl::InitializeLog\(\) is called"
+    rb"|To enable the following instructions: )"
+)
+
+_filter = {}  # the installed filter: the real stderr's descriptor and the thread
+
+
+def running_as_command_line(argv: list[str] | None = None) -> bool:
+    """Whether this process is `keras-transformer` or `python -m keras_transformer.cli`."""
+    argv = sys.argv if argv is None else argv
+    if argv and os.path.basename(argv[0]) in (COMMAND_NAME, COMMAND_NAME + ".exe"):
+        return True
+    # While `python -m` imports the package, sys.argv[0] is "-m"; the module
+    # is in the interpreter's original arguments.
+    original = getattr(sys, "orig_argv", [])
+    return any(a == "-m" and b == CLI_MODULE for a, b in zip(original, original[1:]))
+
+
+def verbose_requested(argv: list[str]) -> bool:
+    """`--verbose` before the command, or after it for a command whose own
+    `--verbose` is not something else, or the environment variable."""
+    if os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0"):
+        return True
+    command = command_of(argv)
+    if command is None or command in OWN_VERBOSE:
+        return "--verbose" in argv[: argv.index(command) if command else len(argv)]
+    return "--verbose" in argv
+
+
+def option_value(argv: list[str], name: str) -> str | None:
+    """The value of `--name VALUE` or `--name=VALUE` in `argv`, or None."""
+    for index, argument in enumerate(argv):
+        if argument == name and index + 1 < len(argv):
+            return argv[index + 1]
+        if argument.startswith(name + "="):
+            return argument.split("=", 1)[1]
+    return None
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The subcommand: the first argument that is not an option."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def prepare_if_command_line() -> None:
+    """Sets the backend and quiets native logs, for the command line only."""
+    if running_as_command_line():
+        prepare(sys.argv[1:])
+
+
+def prepare(argv: list[str]) -> None:
+    """Applies `--backend` and, unless verbose, the native log filter.
+
+    Call before Keras is imported; a wrong `--backend` is left for the
+    argument parser to report.
+    """
+    backend = "tensorflow" if command_of(argv) == "export" else option_value(argv, "--backend")
+    if backend in BACKENDS:
+        os.environ["KERAS_BACKEND"] = backend
+    if verbose_requested(argv):
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # older TensorFlow honours it
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    # Python-side loggers of TensorFlow, absl and JAX (JAX reports "no GPU
+    # found" as a warning).
+    for name in ("tensorflow", "absl", "jax"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    install_native_log_filter()
+
+
+def install_native_log_filter() -> None:
+    """Drops native log lines written to file descriptor 2 (see the module
+    docstring). Idempotent; undone at exit."""
+    if _filter or not hasattr(os, "pipe"):
+        return
+    try:
+        sys.stderr.flush()
+        real_stderr = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        return  # no usable stderr (e.g. a GUI launcher): nothing to filter
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    sys.stderr = io.TextIOWrapper(
+        io.FileIO(real_stderr, "w", closefd=False),
+        encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
+        errors="backslashreplace",
+        line_buffering=True,
+        write_through=True,
+    )
+    thread = threading.Thread(target=_forward, args=(read_end, real_stderr), daemon=True, name="native-log-filter")
+    thread.start()
+    _filter.update(real_stderr=real_stderr, thread=thread)
+    atexit.register(_remove_filter)
+
+
+def _forward(read_end: int, real_stderr: int) -> None:
+    pending = b""
+    while chunk := os.read(read_end, 65536):
+        *lines, pending = (pending + chunk).split(b"\n")
+        kept = b"".join(line + b"\n" for line in lines if not NATIVE_LOG_LINE.match(line))
+        if kept:
+            os.write(real_stderr, kept)
+    if pending and not NATIVE_LOG_LINE.match(pending):
+        os.write(real_stderr, pending)
+    os.close(read_end)
+
+
+def _remove_filter() -> None:
+    """Points descriptor 2 back at the real stderr; the pipe's last writer
+    closes with it, so the thread forwards what is left and ends."""
+    sys.stderr.flush()
+    os.dup2(_filter["real_stderr"], 2)
+    _filter["thread"].join(timeout=2)

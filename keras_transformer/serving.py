@@ -1,0 +1,194 @@
+"""A translation model as a TensorFlow SavedModel: strings in, strings out.
+
+`export_saved_model` writes a SavedModel whose `serving_default` signature
+takes a batch of sentences (`tf.string`, shape `[None]`) and returns their
+translations. Everything runs inside the graph: SentencePiece tokenization
+(tensorflow_text), packing with `<s> ... </s>`, the encoder, the beam search
+of section 6.1 (`keras_transformer.models.decoding.search_step`) and
+detokenization. Loading it needs TensorFlow and tensorflow_text only, so
+TensorFlow Serving, or any TensorFlow program, can serve it:
+
+    import tensorflow as tf
+    import tensorflow_text  # registers the SentencePiece ops
+    translate = tf.saved_model.load("export/en_de").signatures["serving_default"]
+    translate(inputs=tf.constant(["Two dogs play in the snow."]))["outputs"]
+
+Signatures:
+
+- `serving_default(inputs)`: beam search with the beam size and alpha given
+  at export time.
+- `translate_with_options(inputs, alpha, greedy)`: the same beam size, with
+  the length penalty exponent as an input, or greedy search.
+
+The graph differs from `Transformer.translate` in one way: a source longer
+than the model takes (`model.max_source_tokens`) is truncated, as
+`translate(too_long="truncate")` does, since sentence splitting is Python.
+Empty inputs translate to `""`, as in `translate`.
+
+Export runs on the TensorFlow backend only (the graph is a `tf.function`);
+`keras-transformer export` starts TensorFlow itself.
+"""
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import keras
+
+from keras_transformer import library_internals
+from keras_transformer.files import fsync_directory
+from keras_transformer.models.decoding import check_search_arguments, search_step
+from keras_transformer.models.transformer import PAPER_BEAM_SIZE
+
+OUTPUT_KEY = "outputs"
+SOURCE_BUCKET = 16  # source lengths are padded to a multiple of this, as in `translate`
+
+
+def export_saved_model(
+    model,
+    directory: str | os.PathLike,
+    *,
+    beam_size: int = PAPER_BEAM_SIZE,
+    alpha: float = 0.6,
+    max_extra_length: int = 50,
+    overwrite: bool = False,
+) -> Path:
+    """Writes `model` as a SavedModel that translates strings in its graph.
+
+    The SavedModel is written into a temporary folder next to `directory`
+    and renamed into place when complete, so a failed export leaves nothing
+    half-written behind.
+
+    Args:
+        model: a `keras_transformer.Transformer` with a preprocessor.
+        directory: the folder to create; it must not exist, or be empty,
+            unless `overwrite`.
+        beam_size: beams per sentence of `serving_default` (the paper's 4).
+        alpha: the default length penalty exponent (the paper's 0.6).
+        max_extra_length: at most source length + this many output tokens.
+        overwrite: replace an existing, non-empty `directory`.
+
+    Returns:
+        The SavedModel folder.
+
+    Raises:
+        RuntimeError: Keras runs on another backend than TensorFlow.
+        ValueError: the model has no preprocessor, or a bad search argument.
+        FileExistsError: `directory` holds files and `overwrite` is False.
+    """
+    if keras.config.backend() != "tensorflow":
+        raise RuntimeError(
+            f"Exporting a SavedModel needs the TensorFlow backend; Keras runs on "
+            f"{keras.config.backend()!r}. Set KERAS_BACKEND=tensorflow before Keras "
+            "is imported (`keras-transformer export` does so itself)."
+        )
+    if model.preprocessor is None:
+        raise ValueError("The model has no preprocessor (tokenizer); a SavedModel that takes strings needs one.")
+    check_search_arguments(beam_size, alpha, max_extra_length)
+    if beam_size is None:
+        raise ValueError("beam_size must be a positive integer; greedy search is an input of the exported model.")
+
+    target = Path(directory).resolve()
+    if target.exists() and not target.is_dir():
+        raise FileExistsError(f"{target} exists and is not a folder; choose another export folder.")
+    if target.is_dir() and any(target.iterdir()) and not overwrite:
+        raise FileExistsError(f"{target} is not empty; pass overwrite=True (--overwrite) to replace it.")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f".{target.name}.partial-*"):
+        shutil.rmtree(stale, ignore_errors=True)  # left by a killed export
+    temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        _archive(model, beam_size, float(alpha), max_extra_length).write_out(str(temporary), verbose=False)
+        _replace(temporary, target)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    return target
+
+
+def _replace(new: Path, target: Path) -> None:
+    """Renames `new` to `target`; an existing `target` is moved aside first
+    and deleted last, so that a crash leaves the old export or the new one."""
+    if target.exists():
+        aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.previous-", dir=target.parent))
+        os.rename(target, aside / target.name)
+    os.rename(new, target)
+    fsync_directory(target.parent)
+    # The new export is in place: older ones (this one's, or one left by an
+    # export killed between the two renames) are obsolete.
+    for previous in target.parent.glob(f".{target.name}.previous-*"):
+        shutil.rmtree(previous)
+
+
+def _archive(model, beam_size: int, alpha: float, max_extra_length: int):
+    """A `keras.export.ExportArchive` holding the model and its two signatures."""
+    import tensorflow as tf
+
+    preprocessor = model.preprocessor
+    if not preprocessor.built:
+        preprocessor.build(None)  # makes the packers
+    tokenizer = preprocessor.tokenizer
+    backbone = model.backbone
+    room = model.max_source_tokens
+    special_ids = [backbone.pad_token_id, backbone.start_token_id, backbone.end_token_id]
+
+    def pack(texts):
+        """Token ids and mask, padded to a multiple of SOURCE_BUCKET as
+        `TransformerPreprocessor.pack_sources` pads them."""
+        token_ids = tokenizer(texts)[:, :room]
+        # The packer pads to its fixed length; the bucket keeps the graph's
+        # work in proportion to the longest sentence of the batch.
+        ids, mask = preprocessor.encoder_packer(token_ids, sequence_length=room + 2)
+        # (The maximum of no lengths is the lowest int64, hence the 0.)
+        longest = tf.maximum(tf.reduce_max(token_ids.row_lengths()), 0) + 2
+        length = tf.cast(-(-longest // SOURCE_BUCKET) * SOURCE_BUCKET, "int32")
+        length = tf.minimum(length, room + 2)
+        return ids[:, :length], tf.cast(mask[:, :length], "int32"), token_ids.row_lengths()
+
+    def translate(texts, beam, alpha_value):
+        ids, mask, lengths = pack(texts)
+        batch = tf.shape(ids)[0]
+        buffer = tf.zeros((batch, tf.shape(ids)[1] + max_extra_length), "int32")
+        outputs = search_step(
+            backbone,
+            {"encoder_token_ids": ids, "encoder_padding_mask": mask, "decoder_token_ids": buffer},
+            beam_size=beam,
+            alpha=alpha_value,
+            max_extra_length=max_extra_length,
+        )
+        tokens = outputs["decoder_token_ids"]
+        keep = tf.reduce_all(tokens[:, :, None] != tf.constant(special_ids, "int32"), axis=-1)
+        texts_out = tokenizer.detokenize(tf.ragged.boolean_mask(tokens, keep))
+        # As `translate`: a sentence without tokens is "" without decoding.
+        return tf.where(lengths > 0, texts_out, "")
+
+    def serving_default(inputs):
+        return {OUTPUT_KEY: translate(inputs, beam_size, alpha)}
+
+    def translate_with_options(inputs, alpha, greedy):
+        return {
+            OUTPUT_KEY: tf.cond(
+                greedy,
+                lambda: translate(inputs, None, 0.0),
+                lambda: translate(inputs, beam_size, alpha),
+            )
+        }
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    texts_spec = tf.TensorSpec([None], tf.string, name="inputs")
+    archive.add_endpoint("serving_default", serving_default, input_signature=[texts_spec])
+    archive.add_endpoint(
+        "translate_with_options",
+        translate_with_options,
+        input_signature=[
+            texts_spec,
+            tf.TensorSpec([], tf.float32, name="alpha"),
+            tf.TensorSpec([], tf.bool, name="greedy"),
+        ],
+    )
+    # The SentencePiece model is a TF resource (its proto is saved with it);
+    # tracked after tracing, which may have rebuilt it.
+    archive.track(library_internals.sentence_piece_op(tokenizer))
+    return archive

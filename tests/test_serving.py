@@ -1,0 +1,99 @@
+"""The SavedModel export: strings in, the same translations out, without this package.
+
+The exported model is loaded in a fresh Python that imports only TensorFlow
+and tensorflow_text, as TensorFlow Serving or any TensorFlow program would.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import pytest
+from conftest import make_model
+
+from keras_transformer.serving import export_saved_model
+
+pytestmark = [
+    pytest.mark.slow,  # an export and a fresh TensorFlow process: ~40 s
+    pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="a SavedModel is exported on TensorFlow"),
+]
+
+# The fifth has 15 tokens, more than the tiny model's 14: the graph truncates
+# it, as translate(too_long="truncate") does.
+SOURCES = ["a dog runs .", "two cats play .", "", "a woman walks .", "two two dogs sleep sleep .", "a"]
+
+LOADER = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+model = tf.saved_model.load(sys.argv[1])
+sources = tf.constant(json.loads(sys.argv[2]))
+default = model.signatures["serving_default"](inputs=sources)["outputs"]
+greedy = model.signatures["translate_with_options"](
+    inputs=sources, alpha=tf.constant(0.6), greedy=tf.constant(True))["outputs"]
+long_penalty = model.signatures["translate_with_options"](
+    inputs=sources, alpha=tf.constant(1.5), greedy=tf.constant(False))["outputs"]
+empty = model.signatures["serving_default"](inputs=tf.constant([], tf.string))["outputs"]
+assert "keras_transformer" not in sys.modules
+print(json.dumps({
+    "beam": [t.decode("utf-8") for t in default.numpy()],
+    "greedy": [t.decode("utf-8") for t in greedy.numpy()],
+    "alpha 1.5": [t.decode("utf-8") for t in long_penalty.numpy()],
+    "empty": empty.numpy().tolist(),
+}))
+"""
+
+
+def load_and_translate(directory, sources) -> dict:
+    """Runs the SavedModel in a Python that never imports keras_transformer."""
+    result = subprocess.run(
+        [sys.executable, "-c", LOADER, str(directory), json.dumps(sources)],
+        capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("trained", [True, False], ids=["trained", "random"])
+def test_saved_model_translates_as_translate_does(trained, trained_model, tokenizer, tmp_path):
+    if trained:
+        model = trained_model
+    else:
+        # Untrained: long, arbitrary outputs, where the search matters more.
+        keras.utils.set_random_seed(11)
+        model = make_model(tokenizer)
+    directory = export_saved_model(model, tmp_path / "exported")
+    outputs = load_and_translate(directory, SOURCES)
+    with pytest.warns(UserWarning, match="truncated"):
+        assert outputs["beam"] == model.translate(SOURCES, beam_size=4, too_long="truncate")
+    with pytest.warns(UserWarning, match="truncated"):
+        assert outputs["greedy"] == model.translate(SOURCES, beam_size=None, too_long="truncate")
+    with pytest.warns(UserWarning, match="truncated"):
+        assert outputs["alpha 1.5"] == model.translate(SOURCES, beam_size=4, alpha=1.5, too_long="truncate")
+    assert outputs["empty"] == []
+    if trained:
+        assert outputs["beam"][:2] == ["ein hund rennt .", "zwei katzen spielen ."]
+
+
+def test_export_refuses_a_folder_with_files_unless_overwrite(tiny_model, tmp_path):
+    directory = tmp_path / "exported"
+    directory.mkdir()
+    (directory / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not empty"):
+        export_saved_model(tiny_model, directory)
+    assert (directory / "keep.txt").read_text() == "mine"
+    export_saved_model(tiny_model, directory, overwrite=True)
+    assert (directory / "saved_model.pb").exists() and not (directory / "keep.txt").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["exported"]  # no temporary folder left
+
+
+def test_export_checks_its_arguments(tiny_model, tmp_path):
+    with pytest.raises(ValueError, match="beam_size"):
+        export_saved_model(tiny_model, tmp_path / "a", beam_size=0)
+    with pytest.raises(ValueError, match="alpha"):
+        export_saved_model(tiny_model, tmp_path / "a", alpha=-1.0)
+    assert not (tmp_path / "a").exists()
