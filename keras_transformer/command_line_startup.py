@@ -37,10 +37,11 @@ COMMAND_NAME = "keras-transformer"
 CLI_MODULE = "keras_transformer.cli"
 
 # The line formats of absl/TSL logging (current and TensorFlow < 2.16) and of
-# TensorFlow's CPU-feature notice.
+# TensorFlow's CPU-feature notice. Fatal ("F") lines are kept: they explain
+# a crash.
 NATIVE_LOG_LINE = re.compile(
-    rb"^(?:[IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^\]]*\] "
-    rb"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] "
+    rb"^(?:[IWE]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^\]]*\] "
+    rb"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] "
     rb"|WARNING: All log messages before absl::InitializeLog\(\) is called"
     rb"|To enable the following instructions: )"
 )
