@@ -1,0 +1,350 @@
+"""Small Marian (Opus-MT) checkpoints built on the spot, in the Hub's layout.
+
+Each checkpoint is a `transformers.MarianMTModel` with random weights whose
+`config.json` mirrors a real Opus-MT repo field by field, with SentencePiece
+models trained here and a `vocab.json` made as Marian's converter makes it:
+the pieces of both SentencePiece models in one map, `</s>`, `<unk>` and a
+trailing `<pad>` (id V - 1, also the decoder start). It is written into a
+folder laid out as huggingface_hub's cache (`models--org--name/snapshots/
+<revision>/...` plus `refs/main`), so that `hf://org/name` loads it offline
+through the same code path a user takes.
+
+Two variants, as on the Hub:
+
+- `"base"` (Helsinki-NLP/opus-mt-en-de): swish, `</s>` = 0, `<unk>` = 1;
+- `"big"` (Helsinki-NLP/opus-mt-tc-big-en-fr): ReLU, `</s>` in the middle of
+  the vocabulary (43311 of 53017 there), `<unk>` not 1.
+
+and four ways of storing the weights: `"safetensors"`, `"sharded"`
+(`model.safetensors.index.json`), `"h5"` (only `tf_model.h5`, written with
+h5py in the layout `transformers`' TensorFlow classes saved) and `"bin"`
+(only `pytorch_model.bin`, a pickle that must never be opened).
+
+`transformers` and `torch` are test-only dependencies: this module is the
+only place, with the tests, that imports them.
+"""
+
+import io
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+SOURCE_SENTENCES = [
+    "A dog runs across the green field.",
+    "Two children are playing in the snow.",
+    "The woman reads a book in the garden.",
+    "A man is riding a bicycle down the street.",
+    "Some people are waiting for the bus.",
+    "The cat sleeps on the warm window sill.",
+    "A little girl eats an ice cream.",
+    "Three friends are laughing at a joke.",
+]
+TARGET_SENTENCES = [
+    "Ein Hund rennt über die grüne Wiese.",
+    "Zwei Kinder spielen im Schnee.",
+    "Die Frau liest ein Buch im Garten.",
+    "Ein Mann fährt mit dem Fahrrad die Straße entlang.",
+    "Einige Leute warten auf den Bus.",
+    "Die Katze schläft auf der warmen Fensterbank.",
+    "Ein kleines Mädchen isst ein Eis.",
+    "Drei Freunde lachen über einen Witz.",
+]
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+# The fields `transformers` no longer reads but every Opus-MT config.json
+# still carries: the converter must check them (e.g. normalize_before).
+LEGACY_FIELDS = {
+    "add_bias_logits": False,
+    "add_final_layer_norm": False,
+    "normalize_before": False,
+    "normalize_embedding": False,
+    "static_position_embeddings": True,
+    "extra_pos_embeddings": None,  # set to V below, as in the real files
+    "classif_dropout": 0.0,
+    "num_hidden_layers": None,  # = encoder_layers
+    "architectures": ["MarianMTModel"],
+    "max_length": 512,
+    "num_beams": 4,
+}
+VARIANTS = {
+    "base": dict(
+        repo="Helsinki-NLP/opus-mt-tiny-en-de",
+        activation_function="swish",
+        d_model=32,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        max_position_embeddings=128,
+        special_order=("</s>", "<unk>"),  # ids 0 and 1, pieces after them
+    ),
+    "big": dict(
+        repo="Helsinki-NLP/opus-mt-tc-tiny-en-fr",
+        activation_function="relu",
+        d_model=32,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        encoder_layers=2,
+        decoder_layers=3,
+        max_position_embeddings=256,
+        special_order=None,  # </s> and <unk> among the pieces
+    ),
+}
+
+
+def train_sentencepiece(sentences: list[str], vocabulary_size: int) -> bytes:
+    """A SentencePiece unigram model with SentencePiece's own defaults, as Marian's."""
+    import sentencepiece
+
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences * 20),
+        model_writer=model,
+        vocab_size=vocabulary_size,
+        character_coverage=1.0,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    return model.getvalue()
+
+
+def pieces_of(proto: bytes) -> list[str]:
+    """The pieces of a SentencePiece model, in id order, control pieces left out."""
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_proto=proto)
+    return [
+        processor.id_to_piece(i)
+        for i in range(processor.get_piece_size())
+        if not (processor.is_control(i) or processor.is_unknown(i))
+    ]
+
+
+def make_vocabulary(source_proto: bytes, target_proto: bytes, special_order) -> dict[str, int]:
+    """vocab.json as Marian's converter writes it: one map for both languages,
+    `<pad>` last. `special_order=None` puts `</s>` and `<unk>` among the
+    pieces, as in the tc-big models."""
+    pieces = list(dict.fromkeys(pieces_of(source_proto) + pieces_of(target_proto)))
+    if special_order is None:
+        pieces.insert(len(pieces) * 2 // 3, "</s>")
+        pieces.insert(5, "<unk>")
+        ordered = pieces
+    else:
+        ordered = list(special_order) + pieces
+    ordered.append("<pad>")
+    return {piece: i for i, piece in enumerate(ordered)}
+
+
+def make_marian_model(variant: str, vocabulary: dict[str, int], seed: int = 0):
+    """A `MarianMTModel` with random weights large enough to give varied outputs."""
+    import torch
+    from transformers import MarianConfig, MarianMTModel
+
+    spec = VARIANTS[variant]
+    size = len(vocabulary)
+    pad, eos = vocabulary["<pad>"], vocabulary["</s>"]
+    config = MarianConfig(
+        vocab_size=size,
+        decoder_vocab_size=size,
+        d_model=spec["d_model"],
+        encoder_layers=spec["encoder_layers"],
+        decoder_layers=spec["decoder_layers"],
+        encoder_attention_heads=spec["encoder_attention_heads"],
+        decoder_attention_heads=spec["decoder_attention_heads"],
+        encoder_ffn_dim=spec["encoder_ffn_dim"],
+        decoder_ffn_dim=spec["decoder_ffn_dim"],
+        activation_function=spec["activation_function"],
+        max_position_embeddings=spec["max_position_embeddings"],
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        pad_token_id=pad,
+        decoder_start_token_id=pad,
+        eos_token_id=eos,
+        forced_eos_token_id=eos,
+        bos_token_id=0,
+        dropout=0.1,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        init_std=0.2,  # 0.02 would make every logit nearly equal
+    )
+    torch.manual_seed(seed)
+    model = MarianMTModel(config).eval()
+    with torch.no_grad():
+        # Marian trains the bias; a random one checks that it is added.
+        model.final_logits_bias.normal_(0.0, 0.5)
+        # Marian gives <pad> (the decoder start) a zero embedding.
+        model.model.shared.weight[pad].zero_()
+    return model
+
+
+def _real_config(model, variant: str) -> dict:
+    """The model's config.json with the fields a real Opus-MT file has."""
+    config = model.config.to_dict()
+    size = config["vocab_size"]
+    config.update(LEGACY_FIELDS)
+    config["extra_pos_embeddings"] = size
+    config["num_hidden_layers"] = config["encoder_layers"]
+    config["bad_words_ids"] = [[config["pad_token_id"]]]
+    config.pop("transformers_version", None)
+    config["transformers_version"] = "4.22.0.dev0"
+    return config
+
+
+def _tf_name(name: str) -> tuple[str, bool]:
+    """A `transformers` PyTorch weight name as its TensorFlow class saved it,
+    and whether the array is a Dense kernel (stored `[in, out]`)."""
+    if name == "model.shared.weight":
+        return "model.shared/model.shared/weight:0", False
+    if name == "final_logits_bias":
+        return "final_logits_bias:0", False
+    path = name.removeprefix("model.").split(".")
+    # encoder.layers.0.self_attn.q_proj.weight -> encoder/layers.0/self_attn/q_proj/kernel:0
+    stack, _, index, *module, leaf = path
+    norm = module[-1].endswith("layer_norm")
+    leaf = {"weight": "gamma" if norm else "kernel", "bias": "beta" if norm else "bias"}[leaf]
+    scope = "/".join([f"tf_marian_mt_model/model/{stack}", f"layers.{index}", *module])
+    return f"{scope}/{leaf}:0", leaf == "kernel"
+
+
+def write_tf_h5(state: dict[str, np.ndarray], path: Path) -> None:
+    """Writes weights the way `TFMarianMTModel.save_pretrained` did (Keras 2
+    `save_weights` HDF5): one group per top-level layer (`model`, and
+    `final_logits_bias`), each listing its `weight_names`, Dense kernels
+    transposed to `[in, out]`, and the position tables that TensorFlow
+    stored too."""
+    import h5py
+
+    groups = {"model": {}, "final_logits_bias": {}}
+    for name, value in state.items():
+        tf_name, is_kernel = _tf_name(name)
+        group = "final_logits_bias" if name == "final_logits_bias" else "model"
+        groups[group][tf_name] = value.T if is_kernel else value
+    size, dim = state["model.shared.weight"].shape
+    for stack in ("encoder", "decoder"):
+        table = np.zeros((128, dim), "float32")
+        groups["model"][f"tf_marian_mt_model/model/{stack}/embed_positions/embeddings:0"] = table
+    with h5py.File(path, "w") as file:
+        file.attrs["layer_names"] = [name.encode() for name in groups]
+        file.attrs["backend"] = b"tensorflow"
+        file.attrs["keras_version"] = b"2.10.0"
+        for group_name, weights in groups.items():
+            group = file.create_group(group_name)
+            group.attrs["weight_names"] = [name.encode() for name in weights]
+            for name, value in weights.items():
+                group.create_dataset(name, data=value)
+
+
+class _Trap:
+    """Unpickling this writes a file: proof that a pickle was opened."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "unpickled"))
+
+
+def write_marian_repo(
+    folder: Path,
+    variant: str = "base",
+    weights: str = "safetensors",
+    seed: int = 0,
+    extra_lm_head: bool = False,
+) -> dict:
+    """Writes a Marian checkpoint into `folder` (a plain `save_pretrained` folder).
+
+    Args:
+        folder: created if needed.
+        variant: `"base"` or `"big"`, see the module docstring.
+        weights: `"safetensors"`, `"sharded"`, `"h5"` or `"bin"`.
+        seed: for the random weights.
+        extra_lm_head: store a separate `lm_head.weight` that differs from
+            the embeddings, as some broken uploads did.
+
+    Returns:
+        `{"model": MarianMTModel, "vocabulary": dict, "folder": Path}`
+        (for `"bin"`, also `"marker"`: the file unpickling would create).
+    """
+    import torch
+    from safetensors.numpy import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    source_proto = train_sentencepiece(SOURCE_SENTENCES, 90)
+    target_proto = train_sentencepiece(TARGET_SENTENCES, 90)
+    spec = VARIANTS[variant]
+    vocabulary = make_vocabulary(source_proto, target_proto, spec["special_order"])
+    model = make_marian_model(variant, vocabulary, seed)
+
+    (folder / "source.spm").write_bytes(source_proto)
+    (folder / "target.spm").write_bytes(target_proto)
+    (folder / "vocab.json").write_text(json.dumps(vocabulary, ensure_ascii=False, indent=2), "utf-8")
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"source_lang": "en", "target_lang": "de", "model_max_length": 512,
+                    "tokenizer_class": "MarianTokenizer", "separate_vocabs": False}),
+        "utf-8",
+    )
+    state = {
+        k: v.detach().numpy().copy()
+        for k, v in model.state_dict().items()
+        if k not in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
+                     "lm_head.weight")
+        and "embed_positions" not in k
+    }
+    if extra_lm_head:
+        state["lm_head.weight"] = state["model.shared.weight"] + 0.25
+    result = {"model": model, "vocabulary": vocabulary, "folder": folder}
+    if weights == "safetensors":
+        save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    elif weights == "sharded":
+        names = sorted(state)
+        shards = [names[: len(names) // 2], names[len(names) // 2 :]]
+        index = {"metadata": {"total_size": int(sum(v.nbytes for v in state.values()))}, "weight_map": {}}
+        for number, shard in enumerate(shards, 1):
+            file = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
+            save_file({k: state[k] for k in shard}, folder / file, metadata={"format": "pt"})
+            index["weight_map"].update({k: file for k in shard})
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2), "utf-8")
+    elif weights == "h5":
+        write_tf_h5(state, folder / "tf_model.h5")
+    elif weights == "bin":
+        marker = folder.parent / f"{folder.name}.unpickled"
+        with open(folder / "pytorch_model.bin", "wb") as file:
+            pickle.dump({"trap": _Trap(marker), **{k: torch.from_numpy(v) for k, v in state.items()}}, file)
+        result["marker"] = marker
+    else:
+        raise ValueError(f"unknown weights format {weights!r}")
+    config = _real_config(model, variant)
+    (folder / "config.json").write_text(json.dumps(config, indent=2), "utf-8")
+    (folder / "generation_config.json").write_text(
+        json.dumps({"bad_words_ids": [[config["pad_token_id"]]], "decoder_start_token_id": config["pad_token_id"],
+                    "eos_token_id": config["eos_token_id"], "forced_eos_token_id": config["eos_token_id"],
+                    "max_length": 512, "num_beams": 4, "pad_token_id": config["pad_token_id"]}),
+        "utf-8",
+    )
+    return result
+
+
+def hub_cache_repo(cache: Path, repo: str, revision: str = REVISION) -> Path:
+    """The snapshot folder of `repo` in a huggingface_hub cache at `cache`,
+    created with `refs/main` pointing at `revision`."""
+    root = Path(cache) / ("models--" + repo.replace("/", "--"))
+    snapshot = root / "snapshots" / revision
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (root / "refs").mkdir(exist_ok=True)
+    (root / "refs" / "main").write_text(revision)
+    return snapshot
+
+
+def publish(folder: Path, cache: Path, repo: str) -> Path:
+    """Copies a checkpoint folder into the cache as `repo`'s main revision."""
+    snapshot = hub_cache_repo(cache, repo)
+    for path in Path(folder).iterdir():
+        shutil.copy2(path, snapshot / path.name)
+    return snapshot
