@@ -2,6 +2,7 @@
 
 from keras_transformer.layers.decoder_block import DecoderBlock
 from keras_transformer.layers.encoder_block import EncoderBlock
+from keras_transformer.layers.logits_bias import LogitsBias
 from keras_transformer.layers.scaled_shared_embedding import ScaledSharedEmbedding
 from keras_transformer.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
@@ -10,6 +11,7 @@ from keras_transformer.layers.sinusoidal_position_encoding import (
 __all__ = [
     "DecoderBlock",
     "EncoderBlock",
+    "LogitsBias",
     "ScaledSharedEmbedding",
     "SinusoidalPositionEncoding",
 ]

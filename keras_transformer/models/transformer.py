@@ -70,7 +70,7 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         # === Functional model ===
         inputs = backbone.input
         hidden = backbone(inputs)["decoder_sequence_output"]
-        logits = backbone.token_embedding(hidden, reverse=True)
+        logits = backbone.logits(hidden)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
         self.sampler = "beam"
         self._search_functions = {}

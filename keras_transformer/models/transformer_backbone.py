@@ -8,6 +8,7 @@ from keras_transformer import special_tokens
 from keras_transformer.layers import (
     DecoderBlock,
     EncoderBlock,
+    LogitsBias,
     ScaledSharedEmbedding,
     SinusoidalPositionEncoding,
 )
@@ -59,6 +60,8 @@ class TransformerBackbone(keras_hub.models.Backbone):
             vocabularies this project trains; converted checkpoints record
             their own). Decoding starts from `start_token_id`, stops at
             `end_token_id` and never emits padding or the start token.
+        use_logits_bias: add a learned bias to the logits (Marian's
+            `final_logits_bias`); the paper has none.
         dtype: the variable/compute dtype or a `keras.DTypePolicy`.
 
     Example:
@@ -95,6 +98,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         start_token_id: int = special_tokens.START_ID,
         end_token_id: int = special_tokens.END_ID,
         unk_token_id: int = special_tokens.UNK_ID,
+        use_logits_bias: bool = False,
         dtype=None,
         **kwargs,
     ):
@@ -205,6 +209,21 @@ class TransformerBackbone(keras_hub.models.Backbone):
         self.start_token_id = start_token_id
         self.end_token_id = end_token_id
         self.unk_token_id = unk_token_id
+        self.use_logits_bias = use_logits_bias
+        # Made after the functional graph, which does not use it (logits are
+        # the task's output): a layer assigned before it would go untracked
+        # on the torch backend.
+        self.logits_bias = (
+            LogitsBias(vocabulary_size, dtype=dtype, name="logits_bias") if use_logits_bias else None
+        )
+
+    def logits(self, hidden):
+        """The pre-softmax projection: `hidden @ E^T` (section 3.4), plus the
+        logits bias if the backbone has one."""
+        logits = self.token_embedding(hidden, reverse=True)
+        if self.logits_bias is not None:
+            logits = self.logits_bias(logits)
+        return logits
 
     def embed(self, token_ids, dropout_layer, start_index=0, training=None):
         """`Dropout(E[ids] * sqrt(d_model) + PE)` for positions from `start_index`."""
@@ -267,7 +286,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
             cross_caches.append(cross_cache)
         if self.decoder_final_norm is not None:
             x = self.decoder_final_norm(x)
-        logits = self.token_embedding(x, reverse=True)
+        logits = self.logits(x)
         return logits, ops.stack(self_caches, axis=1), ops.stack(cross_caches, axis=1)
 
     def empty_cache(self, batch_size, length):
@@ -297,6 +316,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
                 "start_token_id": self.start_token_id,
                 "end_token_id": self.end_token_id,
                 "unk_token_id": self.unk_token_id,
+                "use_logits_bias": self.use_logits_bias,
             }
         )
         return config
