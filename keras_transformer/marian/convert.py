@@ -1,0 +1,167 @@
+"""Marian tensors (PyTorch names and layout) into a `TransformerBackbone`.
+
+PyTorch `Linear` weights are `[out, in]`; Keras' `Dense` kernel is `[in, out]`
+and `MultiHeadAttention` splits d_model into heads: W^Q, W^K, W^V become
+`(d_model, h, d_k)` kernels with `(h, d_k)` biases, W^O a `(h, d_k, d_model)`
+kernel. Marian's sublayer names map onto KerasHub's blocks one to one:
+
+| Marian (per layer)        | encoder block                | decoder block                 |
+| ------------------------- | ---------------------------- | ----------------------------- |
+| self_attn                 | _self_attention_layer        | _self_attention_layer         |
+| self_attn_layer_norm      | _self_attention_layer_norm   | _self_attention_layer_norm    |
+| encoder_attn              |                              | _cross_attention_layer        |
+| encoder_attn_layer_norm   |                              | _cross_attention_layer_norm   |
+| fc1, fc2                  | _feedforward_{intermediate,output}_dense (both)              |
+| final_layer_norm          | _feedforward_layer_norm      | _feedforward_layer_norm       |
+
+The one embedding matrix serves encoder, decoder and output projection. The
+output projection is tied to it here explicitly, whatever the file says:
+some Opus-MT uploads had broken tied weights (a stale `lm_head.weight`) and
+were re-pushed; if the file's `lm_head.weight` differs, a warning says so.
+"""
+
+import re
+import warnings
+
+import numpy as np
+
+from keras_transformer.models.transformer_backbone import TransformerBackbone
+
+# Where the shared matrix may be stored, best first: safetensors keeps one
+# name of a set of tied tensors, and which one depends on the version.
+EMBEDDING_NAMES = (
+    "model.shared.weight",
+    "model.encoder.embed_tokens.weight",
+    "model.decoder.embed_tokens.weight",
+)
+OUTPUT_PROJECTION = "lm_head.weight"
+LOGITS_BIAS = "final_logits_bias"
+_LAYER_NAME = re.compile(r"model\.(encoder|decoder)\.layers\.(\d+)\.")
+_ATTENTION = {"self_attn": "_self_attention_layer", "encoder_attn": "_cross_attention_layer"}
+_NORMS = {
+    "self_attn_layer_norm": "_self_attention_layer_norm",
+    "encoder_attn_layer_norm": "_cross_attention_layer_norm",
+    "final_layer_norm": "_feedforward_layer_norm",
+}
+
+
+class WeightMismatchError(ValueError):
+    """The checkpoint's tensors do not fit the architecture its config describes."""
+
+
+def _embedding(tensors: dict, repo: str) -> np.ndarray:
+    for name in EMBEDDING_NAMES:
+        if name in tensors:
+            return tensors[name]
+    if OUTPUT_PROJECTION in tensors:
+        return tensors[OUTPUT_PROJECTION]
+    raise WeightMismatchError(f"{repo} has no embedding matrix ({EMBEDDING_NAMES[0]}) in its weights.")
+
+
+def _check_tie(tensors: dict, embedding: np.ndarray, repo: str) -> None:
+    for name in (*EMBEDDING_NAMES, OUTPUT_PROJECTION):
+        other = tensors.get(name)
+        if other is None or other is embedding:
+            continue
+        if other.shape != embedding.shape or not np.array_equal(other, embedding):
+            difference = (
+                f"shape {other.shape} vs {embedding.shape}"
+                if other.shape != embedding.shape
+                else f"max difference {float(np.max(np.abs(other - embedding))):.3g}"
+            )
+            warnings.warn(
+                f"{repo}: {name} differs from the shared embedding matrix ({difference}). Marian "
+                "ties them; keras-transformer uses the shared matrix for the embeddings and the "
+                "output projection, as the model was trained, and ignores the stale copy.",
+                stacklevel=4,
+            )
+
+
+def _assign(variable, value: np.ndarray, name: str, repo: str, split: int | None = None) -> None:
+    """`variable = value`, where `value` has the variable's shape, or for
+    attention the shape with the head axes merged: `split` axes of the
+    variable make the value's first axis, the rest its second."""
+    shape = tuple(variable.shape)
+    expected = shape
+    if split is not None:
+        expected = tuple(
+            int(np.prod(part)) for part in (shape[:split], shape[split:]) if part
+        )
+    if tuple(value.shape) != expected:
+        raise WeightMismatchError(
+            f"{repo}: {name} has shape {tuple(value.shape)}, but config.json implies {expected}; "
+            "the weights and the config do not belong together."
+        )
+    variable.assign(np.asarray(value, dtype="float32").reshape(shape))
+
+
+def _take(tensors: dict, name: str, repo: str) -> np.ndarray:
+    if name not in tensors:
+        raise WeightMismatchError(f"{repo}: the weights have no {name}, which config.json implies.")
+    return tensors[name]
+
+
+def _load_attention(layer, prefix: str, tensors: dict, repo: str) -> None:
+    for projection, dense in (
+        ("q_proj", layer._query_dense),
+        ("k_proj", layer._key_dense),
+        ("v_proj", layer._value_dense),
+    ):
+        name = f"{prefix}.{projection}"
+        _assign(dense.kernel, _take(tensors, f"{name}.weight", repo).T, f"{name}.weight", repo, split=1)
+        _assign(dense.bias, _take(tensors, f"{name}.bias", repo), f"{name}.bias", repo, split=2)
+    weight = _take(tensors, f"{prefix}.out_proj.weight", repo)
+    _assign(layer._output_dense.kernel, weight.T, f"{prefix}.out_proj.weight", repo, split=2)
+    _assign(layer._output_dense.bias, _take(tensors, f"{prefix}.out_proj.bias", repo), f"{prefix}.out_proj.bias", repo)
+
+
+def _load_block(block, prefix: str, tensors: dict, repo: str) -> None:
+    for marian, keras_name in _ATTENTION.items():
+        layer = getattr(block, keras_name, None)
+        if layer is not None:
+            _load_attention(layer, f"{prefix}.{marian}", tensors, repo)
+    for marian, keras_name in _NORMS.items():
+        norm = getattr(block, keras_name, None)
+        if norm is None:
+            continue
+        _assign(norm.gamma, _take(tensors, f"{prefix}.{marian}.weight", repo), f"{prefix}.{marian}.weight", repo)
+        _assign(norm.beta, _take(tensors, f"{prefix}.{marian}.bias", repo), f"{prefix}.{marian}.bias", repo)
+    for marian, dense in (
+        ("fc1", block._feedforward_intermediate_dense),
+        ("fc2", block._feedforward_output_dense),
+    ):
+        _assign(dense.kernel, _take(tensors, f"{prefix}.{marian}.weight", repo).T, f"{prefix}.{marian}.weight", repo)
+        _assign(dense.bias, _take(tensors, f"{prefix}.{marian}.bias", repo), f"{prefix}.{marian}.bias", repo)
+
+
+def load_marian_weights(backbone: TransformerBackbone, tensors: dict, repo: str) -> None:
+    """Assigns a Marian checkpoint's tensors to every variable of `backbone`.
+
+    Args:
+        backbone: built from the same checkpoint's config
+            (`keras_transformer.marian.config.backbone_arguments`).
+        tensors: from `keras_transformer.marian.weights.read_weights`.
+        repo: how to name the checkpoint in errors and warnings.
+
+    Raises:
+        WeightMismatchError: a tensor is missing or has another shape than
+            the config implies (e.g. a vocabulary of another size).
+    """
+    embedding = _embedding(tensors, repo)
+    _check_tie(tensors, embedding, repo)
+    _assign(backbone.token_embedding.embeddings, embedding, EMBEDDING_NAMES[0], repo)
+    if backbone.logits_bias is not None:
+        # Stored [1, V]; absent in checkpoints whose bias was never trained.
+        bias = tensors.get(LOGITS_BIAS, np.zeros((1, backbone.vocabulary_size), "float32"))
+        _assign(backbone.logits_bias.bias, bias.reshape(-1), LOGITS_BIAS, repo)
+    for stack, blocks in (("encoder", backbone.encoder_blocks), ("decoder", backbone.decoder_blocks)):
+        for index, block in enumerate(blocks):
+            _load_block(block, f"model.{stack}.layers.{index}", tensors, repo)
+    counts = {"encoder": len(backbone.encoder_blocks), "decoder": len(backbone.decoder_blocks)}
+    for name in sorted(tensors):
+        match = _LAYER_NAME.match(name)
+        if match and int(match.group(2)) >= counts[match.group(1)]:
+            raise WeightMismatchError(
+                f"{repo}: the weights have {name}, but config.json has only "
+                f"{counts[match.group(1)]} {match.group(1)} layers."
+            )

@@ -1,0 +1,88 @@
+"""Marian checkpoints as this project's backbone and preprocessor.
+
+`load_marian` reads, in this order, `config.json` (checked and converted
+before anything else is fetched), `vocab.json`, `source.spm` and
+`target.spm` (checked against the config), then the weights: one file, the
+first of `model.safetensors`, `model.safetensors.index.json` and
+`tf_model.h5` that the checkpoint has; never `pytorch_model.bin`.
+"""
+
+import json
+
+from keras_transformer.marian.config import MarianConfigError, backbone_arguments, special_ids
+from keras_transformer.marian.convert import load_marian_weights
+from keras_transformer.marian.hub import CheckpointFiles
+from keras_transformer.marian.preprocessor import MarianPreprocessor
+from keras_transformer.marian.tokenizer import SOURCE_SPM, TARGET_SPM, VOCABULARY_JSON, MarianTokenizer
+from keras_transformer.marian.weights import read_weights
+from keras_transformer.models.transformer_backbone import TransformerBackbone
+
+# transformers' MarianTokenizer.model_max_length: the longest input Opus-MT takes.
+MAX_INPUT_TOKENS = 512
+
+
+def load_marian(
+    handle: str, load_weights: bool = True, revision: str | None = None, dtype=None
+) -> tuple[TransformerBackbone, MarianPreprocessor]:
+    """Builds the backbone and preprocessor of a Marian checkpoint.
+
+    Args:
+        handle: `hf://org/name` (e.g. `hf://Helsinki-NLP/opus-mt-en-de`) or
+            a folder written by `transformers`' `save_pretrained`.
+        load_weights: convert the weights, or leave the backbone random.
+        revision: a branch, tag or commit of a Hub repo.
+        dtype: the backbone's dtype (e.g. `"float16"`); float32 by default.
+
+    Raises:
+        MarianConfigError: not a Marian checkpoint, or one the backbone
+            cannot represent (the field and its value are named).
+        ValueError: the vocabulary does not fit the config.
+        PickleOnlyError: the weights exist only as `pytorch_model.bin`.
+        HubUnreachableError, NotOnHubError: see `keras_transformer.preset_utils`.
+    """
+    files = CheckpointFiles(handle, revision)
+    config = files.config()
+    arguments = backbone_arguments(config, files.name)
+    ids = special_ids(config, files.name)
+    tokenizer = _tokenizer(files, arguments["vocabulary_size"], ids)
+    backbone = TransformerBackbone(**arguments, dtype=dtype)
+    if load_weights:
+        load_marian_weights(backbone, read_weights(files, files.name), files.name)
+    length = min(MAX_INPUT_TOKENS, arguments["max_sequence_length"])
+    preprocessor = MarianPreprocessor(tokenizer, encoder_sequence_length=length, decoder_sequence_length=length)
+    return backbone, preprocessor
+
+
+def _tokenizer(files: CheckpointFiles, vocabulary_size: int, ids) -> MarianTokenizer:
+    paths = {}
+    for name in (VOCABULARY_JSON, SOURCE_SPM, TARGET_SPM):
+        paths[name] = files(name)
+        if paths[name] is None:
+            raise FileNotFoundError(f"{files.name} has no {name}, which Marian's tokenizer needs.")
+    vocabulary = json.loads(paths[VOCABULARY_JSON].read_text(encoding="utf-8"))
+    if len(vocabulary) != vocabulary_size:
+        raise MarianConfigError(
+            f"Cannot load {files.name}: {VOCABULARY_JSON} has {len(vocabulary)} pieces but config.json "
+            f"has vocab_size = {vocabulary_size}; the vocabulary does not belong to these weights."
+        )
+    pieces = {index: piece for piece, index in vocabulary.items()}
+    return MarianTokenizer(
+        source_proto=paths[SOURCE_SPM],
+        target_proto=paths[TARGET_SPM],
+        vocabulary=vocabulary,
+        start_token=pieces[ids.start],
+        end_token=pieces[ids.end],
+        pad_token=pieces[ids.pad],
+    )
+
+
+def is_transformers_checkpoint(handle: str, revision: str | None = None) -> bool:
+    """Whether `handle` (`hf://...` or a folder) holds a `transformers`
+    checkpoint (a `config.json` with a `model_type`) rather than a KerasHub
+    preset. `False` when that cannot be found out (e.g. offline and not
+    cached): the preset loader then reports the problem."""
+    try:
+        files = CheckpointFiles(handle, revision)
+        return "model_type" in files.config()
+    except (OSError, ValueError):
+        return False
