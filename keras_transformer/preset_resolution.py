@@ -60,6 +60,14 @@ def available_presets() -> list[str]:
     return sorted(BUILTIN_PRESETS_FOR_BACKBONE[TransformerBackbone])
 
 
+def preset_handle(preset: str | os.PathLike) -> str:
+    """The handle (`hf://...` or a folder) a registered name stands for; any
+    other preset as it is."""
+    preset = os.fspath(preset) if isinstance(preset, os.PathLike) else preset
+    registered = BUILTIN_PRESETS_FOR_BACKBONE[TransformerBackbone]
+    return registered[preset]["kaggle_handle"] if isinstance(preset, str) and preset in registered else preset
+
+
 def resolve_preset(preset: str | os.PathLike, load_weights: bool = True) -> tuple[Path, bool]:
     """Finds a preset on disk (downloading it if needed) and verifies it.
 

@@ -24,6 +24,7 @@ h5py in the layout `transformers`' TensorFlow classes saved) and `"bin"`
 only place, with the tests, that imports them.
 """
 
+import functools
 import io
 import json
 import pickle
@@ -183,6 +184,30 @@ def make_marian_model(variant: str, vocabulary: dict[str, int], seed: int = 0):
     return model
 
 
+def train_briefly(model, folder: Path, steps: int = 150, seed: int = 0) -> None:
+    """Fits the model to the fixture's sentence pairs for a few Adam steps.
+
+    Random weights decode to one token repeated without end; a little
+    training gives outputs that differ per sentence and end with `</s>` at
+    different lengths, which greedy and beam comparisons need. The random
+    `final_logits_bias` (a buffer, not trained) stays as it was.
+    """
+    import torch
+    from transformers import MarianTokenizer
+
+    tokenizer = MarianTokenizer.from_pretrained(str(folder))
+    batch = tokenizer(SOURCE_SENTENCES, text_target=TARGET_SENTENCES, padding=True, return_tensors="pt")
+    labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
+    torch.manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(steps):
+        optimizer.zero_grad()
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss.backward()
+        optimizer.step()
+    model.eval()
+
+
 def _real_config(model, variant: str) -> dict:
     """The model's config.json with the fields a real Opus-MT file has."""
     config = model.config.to_dict()
@@ -250,6 +275,33 @@ class _Trap:
         return (Path.write_text, (self.marker, "unpickled"))
 
 
+def _write_tokenizer_files(folder: Path, source_proto: bytes, target_proto: bytes, vocabulary: dict) -> None:
+    (folder / "source.spm").write_bytes(source_proto)
+    (folder / "target.spm").write_bytes(target_proto)
+    (folder / "vocab.json").write_text(json.dumps(vocabulary, ensure_ascii=False, indent=2), "utf-8")
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"source_lang": "en", "target_lang": "de", "model_max_length": 512,
+                    "tokenizer_class": "MarianTokenizer", "separate_vocabs": False}),
+        "utf-8",
+    )
+
+
+@functools.cache
+def trained_checkpoint(variant: str, seed: int = 0):
+    """`(source_proto, target_proto, vocabulary, model)`, built and trained
+    once per variant and seed: every weights format stores the same model."""
+    import tempfile
+
+    source_proto = train_sentencepiece(SOURCE_SENTENCES, 90)
+    target_proto = train_sentencepiece(TARGET_SENTENCES, 90)
+    vocabulary = make_vocabulary(source_proto, target_proto, VARIANTS[variant]["special_order"])
+    model = make_marian_model(variant, vocabulary, seed)
+    with tempfile.TemporaryDirectory() as folder:
+        _write_tokenizer_files(Path(folder), source_proto, target_proto, vocabulary)
+        train_briefly(model, Path(folder), seed=seed)
+    return source_proto, target_proto, vocabulary, model
+
+
 def write_marian_repo(
     folder: Path,
     variant: str = "base",
@@ -276,20 +328,8 @@ def write_marian_repo(
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    source_proto = train_sentencepiece(SOURCE_SENTENCES, 90)
-    target_proto = train_sentencepiece(TARGET_SENTENCES, 90)
-    spec = VARIANTS[variant]
-    vocabulary = make_vocabulary(source_proto, target_proto, spec["special_order"])
-    model = make_marian_model(variant, vocabulary, seed)
-
-    (folder / "source.spm").write_bytes(source_proto)
-    (folder / "target.spm").write_bytes(target_proto)
-    (folder / "vocab.json").write_text(json.dumps(vocabulary, ensure_ascii=False, indent=2), "utf-8")
-    (folder / "tokenizer_config.json").write_text(
-        json.dumps({"source_lang": "en", "target_lang": "de", "model_max_length": 512,
-                    "tokenizer_class": "MarianTokenizer", "separate_vocabs": False}),
-        "utf-8",
-    )
+    source_proto, target_proto, vocabulary, model = trained_checkpoint(variant, seed)
+    _write_tokenizer_files(folder, source_proto, target_proto, vocabulary)
     state = {
         k: v.detach().numpy().copy()
         for k, v in model.state_dict().items()

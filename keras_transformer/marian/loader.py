@@ -38,7 +38,7 @@ def load_marian(
             cannot represent (the field and its value are named).
         ValueError: the vocabulary does not fit the config.
         PickleOnlyError: the weights exist only as `pytorch_model.bin`.
-        HubUnreachableError, NotOnHubError: see `keras_transformer.preset_utils`.
+        HubUnreachableError, NotOnHubError: see `keras_transformer.preset_resolution`.
     """
     files = CheckpointFiles(handle, revision)
     config = files.config()
@@ -80,9 +80,13 @@ def is_transformers_checkpoint(handle: str, revision: str | None = None) -> bool
     """Whether `handle` (`hf://...` or a folder) holds a `transformers`
     checkpoint (a `config.json` with a `model_type`) rather than a KerasHub
     preset. `False` when that cannot be found out (e.g. offline and not
-    cached): the preset loader then reports the problem."""
+    cached): the preset loader then reports the problem. With a `revision`,
+    which only `transformers` checkpoints take, the problem is raised here.
+    """
     try:
         files = CheckpointFiles(handle, revision)
         return "model_type" in files.config()
     except (OSError, ValueError):
+        if revision is not None:
+            raise
         return False

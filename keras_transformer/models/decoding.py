@@ -115,7 +115,9 @@ def search_step(
         tokens, _ = search.beam_search(
             step, first_log_probs, self_cache, max_lengths, buffer_length, beam_size, alpha, **special
         )
-    return {"decoder_token_ids": tokens, "decoder_padding_mask": tokens != pad_token_id}
+    # Position 0 is the start token, which is the padding id in Marian.
+    first = ops.arange(ops.shape(tokens)[1])[None, :] == 0
+    return {"decoder_token_ids": tokens, "decoder_padding_mask": (tokens != pad_token_id) | first}
 
 
 def compiled_search(model: keras.Model, jit_compile: bool, **config) -> Callable[[dict], dict]:

@@ -5,12 +5,13 @@ import keras_hub
 import numpy as np
 from keras import ops
 
+from keras_transformer import marian
 from keras_transformer.models.decoding import check_search_arguments, compiled_search, resolve_jit_compile
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.models.transformer_preprocessor import TransformerPreprocessor
 from keras_transformer.models.translation import to_list, tokenize, translate_texts
 from keras_transformer.preset_integrity import load_preset_weights
-from keras_transformer.preset_resolution import resolve_preset
+from keras_transformer.preset_resolution import preset_handle, resolve_preset
 from keras_transformer.preset_saving import save_preset
 from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy, paper_optimizer
 
@@ -133,6 +134,10 @@ class Transformer(keras_hub.models.Seq2SeqLM):
     def from_preset(cls, preset, load_weights: bool = True, **kwargs):
         """Loads a preset: a registered name, an `hf://org/name` handle or a folder.
 
+        A `transformers` checkpoint (a `config.json` with a `model_type`,
+        e.g. `"hf://Helsinki-NLP/opus-mt-en-de"`) is converted on load; only
+        Marian (Opus-MT) is supported, see `keras_transformer.marian`.
+
         Hub presets are read from huggingface_hub's cache first. Every file is
         checked against the SHA-256 recorded when it was saved, and configs
         may only name Keras, KerasHub and keras-transformer classes, before
@@ -146,7 +151,16 @@ class Transformer(keras_hub.models.Seq2SeqLM):
             load_weights: load the saved weights, or initialise randomly.
             **kwargs: passed to KerasHub, e.g. `dtype="float16"`; weights
                 saved in float16 load as float32 unless `dtype` is given.
+                `revision=` names a branch, tag or commit of a Hub repo in
+                `transformers` format.
         """
+        handle = preset_handle(preset)
+        revision = kwargs.pop("revision", None)
+        if marian.is_transformers_checkpoint(handle, revision):
+            backbone, preprocessor = marian.load_marian(
+                handle, load_weights, revision=revision, dtype=kwargs.pop("dtype", None)
+            )
+            return cls(backbone=backbone, preprocessor=preprocessor, **kwargs)
         directory, architecture_only = resolve_preset(preset, load_weights)
         if architecture_only:
             kwargs["preprocessor"] = None
@@ -323,11 +337,12 @@ class Transformer(keras_hub.models.Seq2SeqLM):
 
     @property
     def max_source_tokens(self) -> int:
-        """The longest source `translate` takes whole, in tokens (<s> </s> left out)."""
+        """The longest source `translate` takes whole, in tokens (<s> </s> left
+        out; Marian's sources have no <s>)."""
         limit = self.backbone.max_sequence_length
         if self.preprocessor is not None and self.preprocessor.encoder_sequence_length:
             limit = min(limit, self.preprocessor.encoder_sequence_length)
-        return limit - 2
+        return limit - (2 if getattr(self.preprocessor, "source_start_token", True) else 1)
 
 
 def _beam_size_of(sampler) -> int | None:
