@@ -38,6 +38,7 @@ COMMANDS = {
     "export": "Export a preset as a TensorFlow SavedModel for serving.",
     "attention": "Draw a preset's attention weights for one sentence.",
     "upload": "Upload a preset directory to the Hugging Face Hub.",
+    "convert": "Convert a Marian (Opus-MT) checkpoint into a preset.",
 }
 
 

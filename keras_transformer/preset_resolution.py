@@ -26,7 +26,13 @@ from keras_transformer.library_internals import (
     register_presets,
 )
 from keras_transformer.models.transformer_backbone import TransformerBackbone
-from keras_transformer.models.transformer_presets import PAPER_PRESETS, PRESETS_DIR, shipped_presets
+from keras_transformer.models.transformer_presets import (
+    ARCHITECTURE_PRESETS,
+    NAMED_PRESETS,
+    PAPER_PRESETS,
+    PRESETS_DIR,
+    shipped_presets,
+)
 from keras_transformer.preset_integrity import check_safe_configs, interrupted_save_hint, verify_preset
 
 # Files a model needs to build without weights; the rest is weights.
@@ -42,7 +48,7 @@ class NotOnHubError(FileNotFoundError):
 
 
 def register_builtin_presets(root: str | os.PathLike = PRESETS_DIR) -> dict:
-    """Registers the paper's presets and the saved presets in `root`'s folders.
+    """Registers the named presets and the saved presets in `root`'s folders.
 
     `keras_transformer` calls it on import for the presets it ships; call it
     with another folder to register presets kept elsewhere, by folder name.
@@ -50,7 +56,7 @@ def register_builtin_presets(root: str | os.PathLike = PRESETS_DIR) -> dict:
     Returns:
         The registered presets, by name.
     """
-    presets = {**PAPER_PRESETS, **shipped_presets(Path(root))}
+    presets = {**NAMED_PRESETS, **shipped_presets(Path(root))}
     register_presets(presets, TransformerBackbone)
     return presets
 
@@ -90,8 +96,15 @@ def resolve_preset(preset: str | os.PathLike, load_weights: bool = True) -> tupl
     if not isinstance(preset, (str, os.PathLike)):
         raise TypeError(f"preset must be a name, an hf:// handle or a folder; got {type(preset).__name__}.")
     preset = os.fspath(preset)
-    registered = BUILTIN_PRESETS_FOR_BACKBONE[TransformerBackbone]
-    handle = registered[preset]["kaggle_handle"] if preset in registered else preset
+    if preset in ARCHITECTURE_PRESETS:
+        if load_weights:
+            raise ValueError(
+                f"'{preset}' is the paper's untrained architecture: build it with "
+                f"load_weights=False, or train it (keras-transformer train --preset {preset})."
+            )
+        check_safe_configs(PRESETS_DIR / preset)
+        return PRESETS_DIR / preset, True
+    handle = preset_handle(preset)
     if handle.startswith(HF_PREFIX):
         try:
             directory = hub_snapshot(handle, preset, load_weights)

@@ -279,6 +279,9 @@ def _write_tokenizer_files(folder: Path, source_proto: bytes, target_proto: byte
     (folder / "source.spm").write_bytes(source_proto)
     (folder / "target.spm").write_bytes(target_proto)
     (folder / "vocab.json").write_text(json.dumps(vocabulary, ensure_ascii=False, indent=2), "utf-8")
+    (folder / "README.md").write_text(
+        "---\nlanguage:\n- en\n- de\ntags:\n- translation\nlicense: cc-by-4.0\n---\n# A tiny test model\n", "utf-8"
+    )
     (folder / "tokenizer_config.json").write_text(
         json.dumps({"source_lang": "en", "target_lang": "de", "model_max_length": 512,
                     "tokenizer_class": "MarianTokenizer", "separate_vocabs": False}),

@@ -21,6 +21,7 @@ LAYERS = [
     ["models.decoding", "models.translation"],
     ["preset_integrity", "model_card"],
     ["preset_resolution", "preset_saving"],
+    ["marian", "marian.*"],
     ["training", "training.*"],
     ["models", "models.transformer"],
     ["data", "distribute", "run_folder", "serving", "attention_maps"],

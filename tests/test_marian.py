@@ -485,3 +485,31 @@ def test_converted_model_saves_as_a_native_preset(marian_cache, loaded, tmp_path
     )
     assert again.preprocessor.tokenizer(["Ein Hund."]) == model.preprocessor.tokenizer(["Ein Hund."])
     assert keras.saving.get_registered_object("keras_transformer>MarianTokenizer") is marian.MarianTokenizer
+
+
+def test_convert_command_writes_a_checksummed_float16_preset(marian_cache, tmp_path):
+    from keras_transformer import cli
+    from keras_transformer.preset_utils import verify_preset
+
+    info = marian_cache["checkpoints"]["base"]
+    out = tmp_path / "opus_mt_tiny"
+    assert cli.main(["convert", info["handle"], str(out), "--dtype", "float16"]) == 0
+    verify_preset(out, require_checksums=True)
+    card = (out / "README.md").read_text()
+    assert info["handle"] in card and "license: cc-by-4.0" in card and "float16" in card
+    model = kt.Transformer.from_preset(str(out))
+    assert isinstance(model.preprocessor.tokenizer, marian.MarianTokenizer)
+    encoder_ids, encoder_mask = source_batch(info)
+    decoder_ids = random_targets(info, len(SOURCES), 5)
+    np.testing.assert_allclose(
+        our_logits(model, encoder_ids, encoder_mask, decoder_ids),
+        reference_logits(info, encoder_ids, encoder_mask, decoder_ids),
+        atol=0.05,  # float16 weights
+    )
+
+
+def test_convert_refuses_a_native_preset(tmp_path, capsys):
+    from keras_transformer import cli
+
+    assert cli.main(["convert", "multi30k_en_de", str(tmp_path / "out")]) == 1
+    assert "not a checkpoint in transformers format" in capsys.readouterr().err

@@ -26,10 +26,14 @@ from keras_transformer.models import transformer_presets as kt_presets
 
 PAPER = {
     # name: (vocabulary, d_model, d_ff, heads, dropout), Table 3 and section 6.1
-    "base_en_de": (37000, 512, 2048, 8, 0.1),
     "big_en_de": (37000, 1024, 4096, 16, 0.3),
-    "base_en_fr": (32000, 512, 2048, 8, 0.1),
-    "big_en_fr": (32000, 1024, 4096, 16, 0.1),
+    "transformer_base": (37000, 512, 2048, 8, 0.1),
+    "transformer_big": (37000, 1024, 4096, 16, 0.3),
+}
+OPUS_MT = {
+    "base_en_de": "hf://Helsinki-NLP/opus-mt-en-de",
+    "base_en_fr": "hf://Helsinki-NLP/opus-mt-en-fr",
+    "big_en_fr": "hf://Helsinki-NLP/opus-mt-tc-big-en-fr",
 }
 TOKEN_IDS = {
     "encoder_token_ids": np.array([[2, 5, 6, 7, 3, 0]], "int32"),
@@ -78,11 +82,28 @@ def logits(model, ids=TOKEN_IDS):
 # --- The paper's presets ----------------------------------------------------
 
 
-def test_paper_presets_are_registered_with_kerashub():
-    for name in PAPER:
+def test_named_presets_are_registered_with_kerashub():
+    for name in [*PAPER, *OPUS_MT]:
         assert name in kt.Transformer.presets
         assert name in preset_resolution.available_presets()
-        assert hub_preset_utils.BUILTIN_PRESETS[name]["kaggle_handle"] == f"hf://keras-transformer/{name}"
+    assert hub_preset_utils.BUILTIN_PRESETS["big_en_de"]["kaggle_handle"] == "hf://keras-transformer/big_en_de"
+    for name, handle in OPUS_MT.items():
+        assert hub_preset_utils.BUILTIN_PRESETS[name]["kaggle_handle"] == handle
+
+
+@pytest.mark.parametrize("name", sorted(OPUS_MT))
+def test_opus_mt_cards_say_whose_weights_and_how_they_differ(name):
+    folder = REPO_ROOT / "keras_transformer" / "presets" / name
+    card = (folder / "README.md").read_text()
+    assert not (folder / "config.json").exists()
+    for needed in (OPUS_MT[name].removeprefix("hf://"), "Tiedemann", "BLEU", "License", "swish" if "base" in name else "ReLU",
+                   "vocab.json", "all sines, then all cosines", "logits bias"):
+        assert needed in card, needed
+
+
+def test_architecture_presets_refuse_to_load_weights():
+    with pytest.raises(ValueError, match="untrained architecture.*load_weights=False.*train --preset transformer_base"):
+        kt.Transformer.from_preset("transformer_base")
 
 
 @pytest.mark.parametrize("name", sorted(PAPER))
@@ -101,17 +122,18 @@ def test_paper_preset_config_and_card(name):
     assert config["config"]["num_encoder_layers"] == config["config"]["num_decoder_layers"] == 6
     assert config["config"]["normalize_first"] is False
     card = (folder / "README.md").read_text()
-    for needed in ("license: apache-2.0", "Apache-2.0", "BLEU", "keras-transformer train",
-                   "keras-transformer average", "keras-transformer evaluate", f"hf://keras-transformer/{name}"):
-        assert needed in card, needed
+    needed = ["license: apache-2.0", "Apache-2.0", "keras-transformer train"]
+    if name in kt_presets.PAPER_PRESETS:
+        needed += ["BLEU", "keras-transformer average", "keras-transformer evaluate", f"hf://keras-transformer/{name}"]
+    for text in needed:
+        assert text in card, text
 
 
 def test_base_builds_offline_without_weights(offline_hub):
-    with pytest.warns(UserWarning, match="preprocessor"):
-        model = kt.Transformer.from_preset("base_en_de", load_weights=False)
+    model = kt.Transformer.from_preset("transformer_base", load_weights=False)
     assert isinstance(model, kt.Transformer) and model.preprocessor is None
     params = model.backbone.count_params()
-    assert params == kt_presets.PAPER_PRESETS["base_en_de"]["metadata"]["params"]
+    assert params == kt_presets.ARCHITECTURE_PRESETS["transformer_base"]["metadata"]["params"]
     assert abs(params - 65e6) / 65e6 < 0.04  # Table 3: 65M
 
 
@@ -120,13 +142,14 @@ def test_big_parameter_count(offline_hub):
     with pytest.warns(UserWarning):
         model = kt.Transformer.from_preset("big_en_de", load_weights=False)
     assert abs(model.backbone.count_params() - 213e6) / 213e6 < 0.02  # Table 3: 213M
+    assert model.backbone.count_params() == kt_presets.PAPER_PRESETS["big_en_de"]["metadata"]["params"]
 
 
 def test_unreachable_hub_says_what_to_do(offline_hub):
     with pytest.raises(preset_resolution.HubUnreachableError) as error:
-        kt.Transformer.from_preset("base_en_de")
+        kt.Transformer.from_preset("big_en_de")
     message = str(error.value)
-    assert "hf://keras-transformer/base_en_de" in message
+    assert "hf://keras-transformer/big_en_de" in message
     assert "could not be reached" in message
     assert "load_weights=False" in message and "folder" in message
 
@@ -143,10 +166,8 @@ def test_unpublished_paper_preset(offline_hub, monkeypatch):
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
     with pytest.raises(preset_resolution.NotOnHubError, match="not been published yet.*load_weights=False"):
-        kt.Transformer.from_preset("base_en_fr")
-    with pytest.warns(UserWarning, match="has no such repository"):
-        model = kt.Transformer.from_preset("base_en_fr", load_weights=False)
-    assert model.preprocessor is None and model.backbone.vocabulary_size == 32000
+        kt.Transformer.from_preset("big_en_de")
+    # Building the 214M-parameter architecture is left to the slow test above.
 
 
 def test_unknown_name_lists_presets_and_closest_match():
@@ -445,10 +466,10 @@ def test_upload_refuses_a_bad_handle(saved, fake_hub, capsys):
 def test_paper_preset_configs_are_the_train_architectures():
     # The one architecture table (transformer_presets.ARCHITECTURES) and the
     # shipped config.json of each paper preset say the same.
-    table = {"base": "transformer_base", "big": "transformer_big"}
-    for name in kt_presets.PAPER_PRESETS:
+    table = {"base": "transformer_base", "big": "transformer_big", "transformer": None}
+    for name in [*kt_presets.PAPER_PRESETS, *kt_presets.ARCHITECTURE_PRESETS]:
         config = json.loads((REPO_ROOT / "keras_transformer" / "presets" / name / "config.json").read_text())["config"]
-        architecture = dict(kt_presets.ARCHITECTURES[table[name.split("_")[0]]])
+        architecture = dict(kt_presets.ARCHITECTURES[table[name.split("_")[0]] or name])
         layers = architecture.pop("num_layers")
         assert config["num_encoder_layers"] == config["num_decoder_layers"] == layers, name
         if name == "big_en_fr":

@@ -142,9 +142,10 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         checked against the SHA-256 recorded when it was saved, and configs
         may only name Keras, KerasHub and keras-transformer classes, before
         anything is built (see `keras_transformer.preset_integrity`). With
-        `load_weights=False`, a paper preset (`"base_en_de"`, ...) builds
-        offline from this package's copy of its config; without its
-        vocabulary it has no preprocessor (with a warning).
+        `load_weights=False`, the paper's architectures (`"transformer_base"`,
+        `"transformer_big"`, and `"big_en_de"` when its Hub repo cannot be
+        reached) build offline from this package's copy of their config,
+        without a preprocessor.
 
         Args:
             preset: see `keras_transformer.preset_resolution.available_presets()`.

@@ -2,23 +2,28 @@
 
 `keras_transformer/__init__.py` registers them with KerasHub, so that both
 `Transformer.from_preset(name)` and KerasHub's own
-`keras_hub.models.Seq2SeqLM.from_preset(name)` take the names. Two kinds:
+`keras_hub.models.Seq2SeqLM.from_preset(name)` take the names. Four kinds:
 
-- **The paper's models** (`PAPER_PRESETS`): Table 3's base and big
-  configurations for WMT 2014 English-German and English-French. Their
-  weights and vocabularies live on the Hugging Face Hub under
-  `hf://keras-transformer/<name>`; this folder ships each one's model card
-  (`<name>/README.md`) and architecture (`<name>/config.json`), so that
-  `Transformer.from_preset("base_en_de", load_weights=False)` builds the
-  architecture offline.
+- **Trained Opus-MT models** (`OPUS_MT_PRESETS`): `base_en_de`,
+  `base_en_fr` and `big_en_fr` stand for Helsinki-NLP's Marian checkpoints
+  on the Hugging Face Hub, converted on load by `Transformer.from_preset`
+  (`keras_transformer.marian`); the package data ships each one's card.
+- **The paper's untrained architectures** (`ARCHITECTURE_PRESETS`):
+  `transformer_base` and `transformer_big`, Table 3 exactly, built offline
+  from `<name>/config.json` with `load_weights=False` (no vocabulary).
+- **The paper's models to train** (`PAPER_PRESETS`): `big_en_de`, whose
+  weights and vocabulary belong under `hf://keras-transformer/big_en_de` (no
+  big English-German Marian checkpoint in `transformers` format was found);
+  the package data ships its card and architecture, so that
+  `load_weights=False` builds it offline.
 - **Shipped presets** (`shipped_presets()`): every folder of the package
   data folder `keras_transformer/presets/` that holds a complete saved preset (a `config.json`, weights and a `metadata.json`
   written by `Transformer.save_to_preset`) is registered under the folder's
   name, e.g. `multi30k_en_de`, and loads from disk with no download.
 
 Example:
->>> sorted(PAPER_PRESETS)
-['base_en_de', 'base_en_fr', 'big_en_de', 'big_en_fr']
+>>> sorted(PAPER_PRESETS), sorted(OPUS_MT_PRESETS)
+(['big_en_de'], ['base_en_de', 'base_en_fr', 'big_en_fr'])
 >>> sorted(shipped_presets())
 ['multi30k_en_de', 'multi30k_en_fr']
 """
@@ -58,31 +63,58 @@ def _paper_preset(name: str, description: str, params: int) -> dict:
 # Table 3 of Vaswani et al. (2017); parameter counts are this implementation's
 # (biases and LayerNorms included, one tied embedding matrix).
 PAPER_PRESETS = {
-    "base_en_de": _paper_preset(
-        "base_en_de",
-        "Transformer base (6+6 layers, d_model 512, d_ff 2048, 8 heads, dropout 0.1), "
-        "WMT 2014 English-German, 37,000 shared BPE tokens. Paper: 27.3 BLEU newstest2014.",
-        63_082_496,
-    ),
     "big_en_de": _paper_preset(
         "big_en_de",
         "Transformer big (6+6 layers, d_model 1024, d_ff 4096, 16 heads, dropout 0.3), "
         "WMT 2014 English-German, 37,000 shared BPE tokens. Paper: 28.4 BLEU newstest2014.",
         214_245_376,
     ),
-    "base_en_fr": _paper_preset(
-        "base_en_fr",
-        "Transformer base (6+6 layers, d_model 512, d_ff 2048, 8 heads, dropout 0.1), "
-        "WMT 2014 English-French, 32,000 word-pieces. Paper: 38.1 BLEU newstest2014.",
-        60_522_496,
+}
+
+
+def _hub_checkpoint(repo: str, description: str, params: int) -> dict:
+    return {
+        "metadata": {"description": description, "params": params, "path": "transformer"},
+        "kaggle_handle": f"hf://{repo}",
+    }
+
+
+# Helsinki-NLP's Opus-MT checkpoints (Tiedemann & Thottingal 2020); parameter
+# counts are the converted backbone's (embeddings and logits bias included).
+OPUS_MT_PRESETS = {
+    "base_en_de": _hub_checkpoint(
+        "Helsinki-NLP/opus-mt-en-de",
+        "Opus-MT English-German (Helsinki-NLP, CC-BY-4.0): base dimensions, swish, 58,101 "
+        "SentencePiece pieces. Authors: 40.9 BLEU newstest2019.",
+        73_944_309,
     ),
-    "big_en_fr": _paper_preset(
-        "big_en_fr",
-        "Transformer big (6+6 layers, d_model 1024, d_ff 4096, 16 heads, dropout 0.1), "
-        "WMT 2014 English-French, 32,000 word-pieces. Paper: 41.8 BLEU newstest2014.",
-        209_125_376,
+    "base_en_fr": _hub_checkpoint(
+        "Helsinki-NLP/opus-mt-en-fr",
+        "Opus-MT English-French (Helsinki-NLP): base dimensions, swish, 59,514 SentencePiece "
+        "pieces. Authors: 33.2 BLEU newstest2013.",
+        74_669_178,
+    ),
+    "big_en_fr": _hub_checkpoint(
+        "Helsinki-NLP/opus-mt-tc-big-en-fr",
+        "Opus-MT tc-big English-French (Helsinki-NLP, CC-BY-4.0): the paper's big dimensions, "
+        "ReLU, 53,017 SentencePiece pieces. Authors: 52.2 BLEU flores101.",
+        230_699_801,
     ),
 }
+
+# The paper's architectures without weights (Table 3), by the names
+# `train --preset` uses, for `from_preset(name, load_weights=False)`.
+ARCHITECTURE_PRESETS = {
+    name: {
+        "metadata": {"description": description, "params": params, "path": "transformer"},
+        "kaggle_handle": str(PRESETS_DIR / name),
+    }
+    for name, description, params in (
+        ("transformer_base", "The paper's base Transformer, untrained (37,000-token vocabulary).", 63_082_496),
+        ("transformer_big", "The paper's big Transformer, untrained (37,000-token vocabulary).", 214_245_376),
+    )
+}
+NAMED_PRESETS = {**PAPER_PRESETS, **OPUS_MT_PRESETS, **ARCHITECTURE_PRESETS}
 
 
 def is_saved_preset(directory: Path) -> bool:
@@ -107,7 +139,7 @@ def shipped_presets(root: Path = PRESETS_DIR) -> dict:
     for directory in sorted(Path(root).resolve().iterdir()):
         if directory.name.startswith((".", "_")) or not directory.is_dir():
             continue
-        if directory.name in PAPER_PRESETS or not is_saved_preset(directory):
+        if directory.name in NAMED_PRESETS or not is_saved_preset(directory):
             continue
         metadata = json.loads((directory / METADATA_FILE).read_text(encoding="utf-8"))
         presets[directory.name] = {
