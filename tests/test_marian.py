@@ -155,6 +155,10 @@ def test_variants_mirror_the_real_configs(marian_cache, loaded):
     assert big_tokens.end_token_id not in (0, 1)
     size = big.vocabulary_size
     assert big_tokens.pad_token_id == big_tokens.start_token_id == size - 1
+    for backbone, tokenizer in ((base, base_tokens), (big, big_tokens)):
+        # Decoding reads the special ids from the backbone's config.
+        assert (backbone.end_token_id, backbone.pad_token_id, backbone.start_token_id, backbone.unk_token_id) == (
+            tokenizer.end_token_id, tokenizer.pad_token_id, tokenizer.start_token_id, tokenizer.unk_token_id)
     assert VARIANTS["big"]["decoder_layers"] == big.num_decoder_layers != big.num_encoder_layers
 
 
@@ -357,17 +361,12 @@ def hf_generate(info, encoder_ids, encoder_mask, **options):
 
 
 def our_tokens(model, encoder_ids, encoder_mask, max_extra_length, **options):
-    """`search_step` with the model's special ids: token ids, not text."""
-    tokenizer = model.preprocessor.tokenizer
+    """`search_step` (the backbone holds the special ids): token ids, not text."""
     buffer = np.zeros((len(encoder_ids), encoder_ids.shape[1] + max_extra_length), "int32")
     inputs = {"encoder_token_ids": encoder_ids, "encoder_padding_mask": encoder_mask, "decoder_token_ids": buffer}
     outputs = model.search_step(
         {k: ops.convert_to_tensor(v) for k, v in inputs.items()},
         max_extra_length=max_extra_length,
-        start_token_id=tokenizer.start_token_id,
-        end_token_id=tokenizer.end_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        source_special_tokens=1,
         **options,
     )
     return ops.convert_to_numpy(outputs["decoder_token_ids"])

@@ -45,7 +45,14 @@ def load_marian(
     arguments = backbone_arguments(config, files.name)
     ids = special_ids(config, files.name)
     tokenizer = _tokenizer(files, arguments["vocabulary_size"], ids)
-    backbone = TransformerBackbone(**arguments, dtype=dtype)
+    backbone = TransformerBackbone(
+        **arguments,
+        pad_token_id=ids.pad,
+        start_token_id=ids.start,
+        end_token_id=ids.end,
+        unk_token_id=tokenizer.unk_token_id,
+        dtype=dtype,
+    )
     if load_weights:
         load_marian_weights(backbone, read_weights(files, files.name), files.name)
     length = min(MAX_INPUT_TOKENS, arguments["max_sequence_length"])
