@@ -23,6 +23,12 @@ from keras_hub.src.utils.preset_utils import (
     register_presets,
 )
 
+# KerasHub's helpers for tokenizers and preprocessors written outside it
+# (`keras_hub.src.utils.tensor_utils`): `preprocessing_function` runs a
+# method in TensorFlow and hands the caller backend tensors or lists;
+# `convert_to_ragged_batch` batches any token-id input as a ragged tensor.
+from keras_hub.src.utils.tensor_utils import convert_to_ragged_batch, preprocessing_function
+
 # The residual-branch dropouts of KerasHub's blocks (section 5.4: "applied to
 # the output of each sub-layer, before it is added to the sub-layer input").
 ENCODER_RESIDUAL_DROPOUTS = ("_self_attention_dropout", "_feedforward_dropout")
@@ -76,6 +82,38 @@ def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
     what its updates use.
     """
     return float(keras.ops.convert_to_numpy(optimizer._get_current_learning_rate()))
+
+
+# The sublayers of KerasHub's blocks, by their role in section 3.1; a block
+# lacks the cross-attention ones if it is an encoder block.
+BLOCK_SUBLAYERS = {
+    "self_attention": "_self_attention_layer",
+    "self_attention_norm": "_self_attention_layer_norm",
+    "cross_attention": "_cross_attention_layer",
+    "cross_attention_norm": "_cross_attention_layer_norm",
+    "ffn_inner": "_feedforward_intermediate_dense",
+    "ffn_outer": "_feedforward_output_dense",
+    "ffn_norm": "_feedforward_layer_norm",
+}
+
+
+def block_sublayers(block: keras.layers.Layer) -> dict:
+    """The built sublayers of a KerasHub encoder or decoder block, by role."""
+    return {
+        role: getattr(block, name)
+        for role, name in BLOCK_SUBLAYERS.items()
+        if getattr(block, name, None) is not None
+    }
+
+
+def attention_projections(attention: keras.layers.MultiHeadAttention) -> dict:
+    """The `EinsumDense` layers of W^Q, W^K, W^V and W^O (kernels and biases)."""
+    return {
+        "query": attention._query_dense,
+        "key": attention._key_dense,
+        "value": attention._value_dense,
+        "output": attention._output_dense,
+    }
 
 
 def projection_kernels(attention: keras.layers.MultiHeadAttention) -> dict:

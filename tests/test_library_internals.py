@@ -71,3 +71,16 @@ def test_keras_hub_preset_names():
     assert library_internals.CONFIG_FILE == "config.json"
     assert library_internals.HF_PREFIX == "hf://"
     assert callable(library_internals.get_preset_saver) and callable(library_internals.register_presets)
+
+
+def test_block_sublayers_and_projections():
+    encoder = keras_hub.layers.TransformerEncoder(16, 2)
+    encoder.build((1, 3, 8))
+    decoder = keras_hub.layers.TransformerDecoder(16, 2)
+    decoder.build((1, 3, 8), (1, 4, 8))
+    assert set(library_internals.block_sublayers(decoder)) == set(library_internals.BLOCK_SUBLAYERS)
+    assert "cross_attention" not in library_internals.block_sublayers(encoder)
+    for attention in (library_internals.block_sublayers(decoder)[r] for r in ("self_attention", "cross_attention")):
+        projections = library_internals.attention_projections(attention)
+        assert [tuple(p.kernel.shape) for p in projections.values()] == [(8, 2, 4)] * 3 + [(2, 4, 8)]
+    assert callable(library_internals.preprocessing_function) and callable(library_internals.convert_to_ragged_batch)

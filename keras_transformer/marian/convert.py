@@ -5,14 +5,14 @@ and `MultiHeadAttention` splits d_model into heads: W^Q, W^K, W^V become
 `(d_model, h, d_k)` kernels with `(h, d_k)` biases, W^O a `(h, d_k, d_model)`
 kernel. Marian's sublayer names map onto KerasHub's blocks one to one:
 
-| Marian (per layer)        | encoder block                | decoder block                 |
-| ------------------------- | ---------------------------- | ----------------------------- |
-| self_attn                 | _self_attention_layer        | _self_attention_layer         |
-| self_attn_layer_norm      | _self_attention_layer_norm   | _self_attention_layer_norm    |
-| encoder_attn              |                              | _cross_attention_layer        |
-| encoder_attn_layer_norm   |                              | _cross_attention_layer_norm   |
-| fc1, fc2                  | _feedforward_{intermediate,output}_dense (both)              |
-| final_layer_norm          | _feedforward_layer_norm      | _feedforward_layer_norm       |
+| Marian (per layer)        | block sublayer (`library_internals.block_sublayers`) |
+| ------------------------- | ---------------------------------------------------- |
+| self_attn                 | self_attention                                       |
+| self_attn_layer_norm      | self_attention_norm                                  |
+| encoder_attn              | cross_attention (decoder only)                       |
+| encoder_attn_layer_norm   | cross_attention_norm (decoder only)                  |
+| fc1, fc2                  | ffn_inner, ffn_outer                                 |
+| final_layer_norm          | ffn_norm                                             |
 
 The one embedding matrix serves encoder, decoder and output projection. The
 output projection is tied to it here explicitly, whatever the file says:
@@ -25,6 +25,7 @@ import warnings
 
 import numpy as np
 
+from keras_transformer.library_internals import attention_projections, block_sublayers
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 
 # Where the shared matrix may be stored, best first: safetensors keeps one
@@ -37,12 +38,13 @@ EMBEDDING_NAMES = (
 OUTPUT_PROJECTION = "lm_head.weight"
 LOGITS_BIAS = "final_logits_bias"
 _LAYER_NAME = re.compile(r"model\.(encoder|decoder)\.layers\.(\d+)\.")
-_ATTENTION = {"self_attn": "_self_attention_layer", "encoder_attn": "_cross_attention_layer"}
+_ATTENTION = {"self_attn": "self_attention", "encoder_attn": "cross_attention"}
 _NORMS = {
-    "self_attn_layer_norm": "_self_attention_layer_norm",
-    "encoder_attn_layer_norm": "_cross_attention_layer_norm",
-    "final_layer_norm": "_feedforward_layer_norm",
+    "self_attn_layer_norm": "self_attention_norm",
+    "encoder_attn_layer_norm": "cross_attention_norm",
+    "final_layer_norm": "ffn_norm",
 }
+_PROJECTIONS = {"q_proj": "query", "k_proj": "key", "v_proj": "value"}
 
 
 class WeightMismatchError(ValueError):
@@ -102,34 +104,30 @@ def _take(tensors: dict, name: str, repo: str) -> np.ndarray:
 
 
 def _load_attention(layer, prefix: str, tensors: dict, repo: str) -> None:
-    for projection, dense in (
-        ("q_proj", layer._query_dense),
-        ("k_proj", layer._key_dense),
-        ("v_proj", layer._value_dense),
-    ):
+    projections = attention_projections(layer)
+    for projection, role in _PROJECTIONS.items():
+        dense = projections[role]
         name = f"{prefix}.{projection}"
         _assign(dense.kernel, _take(tensors, f"{name}.weight", repo).T, f"{name}.weight", repo, split=1)
         _assign(dense.bias, _take(tensors, f"{name}.bias", repo), f"{name}.bias", repo, split=2)
+    output = projections["output"]
     weight = _take(tensors, f"{prefix}.out_proj.weight", repo)
-    _assign(layer._output_dense.kernel, weight.T, f"{prefix}.out_proj.weight", repo, split=2)
-    _assign(layer._output_dense.bias, _take(tensors, f"{prefix}.out_proj.bias", repo), f"{prefix}.out_proj.bias", repo)
+    _assign(output.kernel, weight.T, f"{prefix}.out_proj.weight", repo, split=2)
+    _assign(output.bias, _take(tensors, f"{prefix}.out_proj.bias", repo), f"{prefix}.out_proj.bias", repo)
 
 
 def _load_block(block, prefix: str, tensors: dict, repo: str) -> None:
-    for marian, keras_name in _ATTENTION.items():
-        layer = getattr(block, keras_name, None)
-        if layer is not None:
-            _load_attention(layer, f"{prefix}.{marian}", tensors, repo)
-    for marian, keras_name in _NORMS.items():
-        norm = getattr(block, keras_name, None)
+    sublayers = block_sublayers(block)
+    for marian, role in _ATTENTION.items():
+        if role in sublayers:
+            _load_attention(sublayers[role], f"{prefix}.{marian}", tensors, repo)
+    for marian, role in _NORMS.items():
+        norm = sublayers.get(role)
         if norm is None:
             continue
         _assign(norm.gamma, _take(tensors, f"{prefix}.{marian}.weight", repo), f"{prefix}.{marian}.weight", repo)
         _assign(norm.beta, _take(tensors, f"{prefix}.{marian}.bias", repo), f"{prefix}.{marian}.bias", repo)
-    for marian, dense in (
-        ("fc1", block._feedforward_intermediate_dense),
-        ("fc2", block._feedforward_output_dense),
-    ):
+    for marian, dense in (("fc1", sublayers["ffn_inner"]), ("fc2", sublayers["ffn_outer"])):
         _assign(dense.kernel, _take(tensors, f"{prefix}.{marian}.weight", repo).T, f"{prefix}.{marian}.weight", repo)
         _assign(dense.bias, _take(tensors, f"{prefix}.{marian}.bias", repo), f"{prefix}.{marian}.bias", repo)
 

@@ -3,8 +3,8 @@
 import keras
 import tensorflow as tf
 from keras_hub.layers import StartEndPacker
-from keras_hub.src.utils.tensor_utils import preprocessing_function
 
+from keras_transformer.library_internals import preprocessing_function
 from keras_transformer.marian.tokenizer import MarianTokenizer
 from keras_transformer.models.transformer_preprocessor import TransformerPreprocessor
 

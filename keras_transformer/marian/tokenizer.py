@@ -21,8 +21,8 @@ import keras
 import keras_hub
 import tensorflow as tf
 import tensorflow_text as tf_text
-from keras_hub.src.utils.tensor_utils import convert_to_ragged_batch, preprocessing_function
 
+from keras_transformer.library_internals import convert_to_ragged_batch, preprocessing_function
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 
 SOURCE_SPM, TARGET_SPM, VOCABULARY_JSON = "source.spm", "target.spm", "vocab.json"
