@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch")
 
 import keras_transformer as kt  # noqa: E402
 from keras_transformer import marian  # noqa: E402
+from keras_transformer.models.decoding import search_step  # noqa: E402
 from keras_transformer.preset_resolution import HubUnreachableError  # noqa: E402
 from marian_fixtures import VARIANTS, hub_cache_repo, publish, write_marian_repo  # noqa: E402
 
@@ -364,7 +365,8 @@ def our_tokens(model, encoder_ids, encoder_mask, max_extra_length, **options):
     """`search_step` (the backbone holds the special ids): token ids, not text."""
     buffer = np.zeros((len(encoder_ids), encoder_ids.shape[1] + max_extra_length), "int32")
     inputs = {"encoder_token_ids": encoder_ids, "encoder_padding_mask": encoder_mask, "decoder_token_ids": buffer}
-    outputs = model.search_step(
+    outputs = search_step(
+        model.backbone,
         {k: ops.convert_to_tensor(v) for k, v in inputs.items()},
         max_extra_length=max_extra_length,
         **options,
@@ -491,7 +493,7 @@ def test_converted_model_saves_as_a_native_preset(marian_cache, loaded, tmp_path
 
 def test_convert_command_writes_a_checksummed_float16_preset(marian_cache, tmp_path):
     from keras_transformer import cli
-    from keras_transformer.preset_utils import verify_preset
+    from keras_transformer.preset_integrity import verify_preset
 
     info = marian_cache["checkpoints"]["base"]
     out = tmp_path / "opus_mt_tiny"
