@@ -517,3 +517,17 @@ def test_convert_refuses_a_native_preset(tmp_path, capsys):
 
     assert cli.main(["convert", "multi30k_en_de", str(tmp_path / "out")]) == 1
     assert "not a checkpoint in transformers format" in capsys.readouterr().err
+
+
+def test_generated_start_token_is_not_masked_as_padding(marian_cache, loaded):
+    """Marian's decoder start is the padding id; the output mask still counts it."""
+    info, model = marian_cache["checkpoints"]["base"], loaded("base")
+    encoder_ids, encoder_mask = source_batch(info)
+    buffer = np.zeros((len(encoder_ids), encoder_ids.shape[1] + 5), "int32")
+    inputs = {"encoder_token_ids": encoder_ids, "encoder_padding_mask": encoder_mask, "decoder_token_ids": buffer}
+    outputs = search_step(model.backbone, {k: ops.convert_to_tensor(v) for k, v in inputs.items()}, beam_size=None)
+    tokens = ops.convert_to_numpy(outputs["decoder_token_ids"])
+    mask = ops.convert_to_numpy(outputs["decoder_padding_mask"])
+    pad = model.backbone.pad_token_id
+    assert (tokens[:, 0] == pad).all() and mask[:, 0].all()
+    assert not mask[:, 1:][tokens[:, 1:] == pad].any()
