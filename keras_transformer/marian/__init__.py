@@ -13,7 +13,8 @@ Modules, each one step: `config` (check and convert `config.json`), `hub`
 (fetch files, cache first), `weights` (read safetensors or `tf_model.h5`,
 never a pickle), `convert` (tensors into the backbone), `tokenizer` and
 `preprocessor` (Marian's two SentencePiece models and packing), `loader`
-(all of it together).
+(all of it together), `card` (the model card `keras-transformer convert`
+writes).
 """
 
 from keras_transformer.marian.config import MarianConfigError
