@@ -22,13 +22,14 @@ from keras_transformer.errors import UserError
 DESCRIPTION = """\
 The Transformer of "Attention Is All You Need" on Keras 3: translate with a
 preset, train, average checkpoints, evaluate, export for serving, draw
-attention. `keras-transformer COMMAND --help` explains each command.
+attention, convert Opus-MT checkpoints. `keras-transformer COMMAND --help`
+explains each command.
 
 Example:
     keras-transformer translate --preset multi30k_en_de "Two dogs play in the snow."
 """
 # Commands whose --backend picks Keras' backend (export always runs on TensorFlow).
-BACKEND_COMMANDS = ("translate", "train", "average", "evaluate", "attention")
+BACKEND_COMMANDS = ("translate", "train", "average", "evaluate", "attention", "convert")
 
 COMMANDS = {
     "translate": "Translate sentences with a preset.",

@@ -173,7 +173,7 @@ def test_every_command_has_help_with_an_example():
     parser = cli.build_parser(cli._commands())
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert set(subparsers.choices) == {
-        "translate", "train", "average", "evaluate", "export", "attention", "upload"
+        "translate", "train", "average", "evaluate", "export", "attention", "upload", "convert"
     }
     for name, sub in subparsers.choices.items():
         text = sub.format_help()
