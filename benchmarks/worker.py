@@ -99,6 +99,7 @@ def run(job: dict, result_path: Path) -> dict:
     result: dict = {"job": job, "workloads": {}}
     implementation = make_implementation(job)
     result["import_s"], result["load_s"] = implementation.import_s, implementation.load_s
+    result["module_file"] = getattr(implementation, "module_file", None)
     workloads = [workload_from_dict(w) for w in job["workloads"]]
     check = check_workload(job["size"])
     if check in workloads:  # the check first: nothing is timed before it passes
