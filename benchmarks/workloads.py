@@ -31,6 +31,8 @@ class ModelSize:
 SIZES = {
     "base": ModelSize("base", 6, 512, 8, 2048, 32000),
     "tiny": ModelSize("tiny", 4, 128, 4, 256, 8000),
+    # For tests/test_benchmarks.py only: runs the whole harness in seconds.
+    "micro": ModelSize("micro", 2, 32, 2, 64, 256),
 }
 
 # Marian's special ids: `</s>` first, `<unk>` second, `<pad>` last (which is
