@@ -103,7 +103,8 @@ def parse_args(argv=None):
     parser.add_argument("--peers", nargs="*", choices=PEERS, default=list(PEERS))
     parser.add_argument("--full-grid", action="store_true", help="batch 1/8/32/128 and source 8..256 (tiny size)")
     parser.add_argument("--no-grid", action="store_true", help="only the headline workloads")
-    parser.add_argument("--no-train", action="store_true", help="skip the training workloads")
+    parser.add_argument("--train-sizes", nargs="*", choices=sorted(SIZES), default=None,
+                        help="sizes whose training is measured (default: every size in --sizes)")
     parser.add_argument("--repeats", type=int, default=3, help="steady-state calls; the median is reported")
     parser.add_argument("--train-steps", type=int, default=2, help="training steps per timed call")
     parser.add_argument("--threads", type=int, default=2)
@@ -141,7 +142,7 @@ def main(argv=None) -> None:
         if step(f"checkpoint-{size}", ["benchmarks.checkpoint", "--size", size, "--out", str(checkpoint)]):
             raise SystemExit(f"could not build the {size} checkpoint; see {args.workdir}/checkpoint-{size}.log")
         workloads = headline_workloads(size)
-        if args.no_train:
+        if args.train_sizes is not None and size not in args.train_sizes:
             workloads = [w for w in workloads if w.kind != "train"]
         if size == "tiny" and not args.no_grid:
             workloads += grid_workloads(size, "full" if args.full_grid else "small")
