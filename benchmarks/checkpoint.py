@@ -7,20 +7,24 @@ CTranslate2's converter finds a vocabulary) and `DIR/ct2` (that checkpoint
 converted by CTranslate2's own `TransformersConverter`, float32; int8 is
 quantized when loading).
 
-Random weights are drawn by `transformers` (std 0.02, `<pad>` row zero);
-`final_logits_bias` stays zero, so this project, which has no logits bias,
-computes the same function.
+Random weights are redrawn by `randomize`: with `transformers`' own
+initialisation (std 0.02) every source decodes to the same repeated token,
+which makes a weak agreement check; these give unit-scale logits that depend
+on the source. `final_logits_bias` stays zero, so this project, which has no
+logits bias, computes the same function.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 from benchmarks.workloads import END_ID, SIZES, UNK_ID, ModelSize, pad_id
 
 SEED = 20260
+INIT = "randomize v1"  # change when `randomize` changes: cached checkpoints are rebuilt
 
 MARIAN_DIR = "marian"
 CT2_DIR = "ct2"
@@ -74,25 +78,57 @@ def save_tokenizer(size: ModelSize, directory: Path) -> None:
     ).save_pretrained(directory)
 
 
+def randomize(model, seed: int) -> None:
+    """Embeddings N(0, 1/d) (the `<pad>` row zero, as Marian keeps it),
+    Linear weights N(0, 1/fan_in), biases N(0, 0.1^2), LayerNorm scales
+    N(0.5, 1) and shifts N(0, 0.1^2); `final_logits_bias` untouched (zero)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+
+    def normal(parameter, mean: float, std: float) -> None:
+        parameter.copy_(mean + std * torch.randn(parameter.shape, generator=generator))
+
+    d_model = model.config.d_model
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "embed_positions" in name:  # fixed sinusoids, not saved
+                continue
+            if name.endswith("shared.weight"):
+                normal(parameter, 0.0, d_model**-0.5)
+                parameter[model.config.pad_token_id] = 0.0
+            elif "layer_norm" in name:
+                normal(parameter, 0.5, 1.0) if name.endswith("weight") else normal(parameter, 0.0, 0.1)
+            elif name.endswith("weight"):
+                normal(parameter, 0.0, parameter.shape[1] ** -0.5)
+            elif name.endswith("bias"):
+                normal(parameter, 0.0, 0.1)
+
+
 def build(size_name: str, out: Path) -> Path:
     """Writes the Marian checkpoint and its CTranslate2 conversion under `out`
-    (kept if already there); returns `out`."""
+    (kept if already there from the same seed and initialisation); returns `out`."""
     import ctranslate2
     import torch
     from transformers import MarianMTModel
 
     size = SIZES[size_name]
-    marian, ct2 = out / MARIAN_DIR, out / CT2_DIR
-    if not (marian / "model.safetensors").exists():
-        torch.manual_seed(SEED)
-        model = MarianMTModel(marian_config(size)).eval()
-        if torch.count_nonzero(model.final_logits_bias):
-            raise AssertionError("final_logits_bias must be zero: this project has no logits bias")
-        model.save_pretrained(marian, safe_serialization=True)
-        save_tokenizer(size, marian)
-    if not (ct2 / "model.bin").exists():
-        ctranslate2.converters.TransformersConverter(str(marian)).convert(str(ct2), force=True)
-    (out / "size.json").write_text(json.dumps({"size": size_name}))
+    marian, ct2, stamp = out / MARIAN_DIR, out / CT2_DIR, out / "checkpoint.json"
+    expected = {"size": size_name, "seed": SEED, "init": INIT}
+    if stamp.exists() and json.loads(stamp.read_text()) == expected:
+        return out
+    stamp.unlink(missing_ok=True)
+    for directory in (marian, ct2):
+        shutil.rmtree(directory, ignore_errors=True)
+    torch.manual_seed(SEED)
+    model = MarianMTModel(marian_config(size)).eval()
+    randomize(model, SEED)
+    if torch.count_nonzero(model.final_logits_bias):
+        raise AssertionError("final_logits_bias must be zero: this project has no logits bias")
+    model.save_pretrained(marian, safe_serialization=True)
+    save_tokenizer(size, marian)
+    ctranslate2.converters.TransformersConverter(str(marian)).convert(str(ct2), force=True)
+    stamp.write_text(json.dumps(expected))
     return out
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.checkpoint import CT2_DIR, MARIAN_DIR
-from benchmarks.workloads import UNK_ID, Decode, Train
+from benchmarks.workloads import UNK_ID, Decode, Train, target_log_probs
 
 LABEL_SMOOTHING = 0.1
 LEARNING_RATE = 1e-4  # constant: the schedule costs nothing measurable
@@ -60,6 +60,19 @@ class HuggingFace:
                 suppress_tokens=[self.pad_id],  # Marian's <pad> is an input only
             )
         return outputs[:, 1:n].numpy()  # outputs[:, 0] is the decoder start token
+
+    def score(self, workload: Decode) -> np.ndarray:
+        torch = self.torch
+        sources, targets = workload.sources(), workload.targets()
+        start = np.full((workload.batch, 1), self.model.config.decoder_start_token_id, "int32")
+        decoder_input = np.concatenate([start, targets[:, :-1]], axis=1)
+        with torch.inference_mode():
+            logits = self.model(
+                input_ids=torch.from_numpy(sources).long(),
+                attention_mask=torch.ones(sources.shape, dtype=torch.long),
+                decoder_input_ids=torch.from_numpy(decoder_input).long(),
+            ).logits
+        return target_log_probs(logits.float().numpy(), targets, self.pad_id)
 
     def loss(self, logits, labels):
         """This project's `LabelSmoothedCrossEntropy`: smoothing mass spread
@@ -124,6 +137,13 @@ class CTranslate2:
             max_batch_size=0,
         )
         return np.array([[self.ids[t] for t in r.hypotheses[0][: n - 1]] for r in results], "int32")
+
+    def score(self, workload: Decode) -> np.ndarray:
+        n = workload.new_tokens
+        sources = [[self.vocabulary[i] for i in row] for row in workload.sources()]
+        targets = [[self.vocabulary[i] for i in row] for row in workload.targets()]
+        results = self.translator.score_batch(sources, targets, max_batch_size=0)
+        return np.array([r.log_probs[:n] for r in results], "float64")  # then the log-prob of </s>
 
     def train(self, workload: Train, steps: int) -> None:
         raise NotImplementedError("CTranslate2 is an inference engine")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.workloads import Decode, Train
+from benchmarks.workloads import Decode, Train, target_log_probs
 
 END_PENALTY = 1e4
 PRECISIONS = ("float32", "mixed_bfloat16", "int8")
@@ -95,6 +95,23 @@ class ProjectImplementation:
         if not np.all(tokens[:, n] == self.model.backbone.end_token_id):
             raise AssertionError(f"expected the end token at position {n} of every output")
         return tokens[:, 1:n]
+
+    def score(self, workload: Decode) -> np.ndarray:
+        backbone = self.model.backbone
+        sources, targets = workload.sources(), workload.targets()
+        start = np.full((workload.batch, 1), backbone.start_token_id, "int32")
+        decoder_input = np.concatenate([start, targets[:, :-1]], axis=1)
+        logits = self.model(
+            {
+                "encoder_token_ids": sources,
+                "encoder_padding_mask": np.ones_like(sources),
+                "decoder_token_ids": decoder_input,
+                "decoder_padding_mask": np.ones_like(decoder_input),
+            },
+            training=False,
+        )
+        logits = ops.convert_to_numpy(ops.cast(logits, "float32"))
+        return target_log_probs(logits, targets, backbone.pad_token_id)
 
     def train(self, workload: Train, steps: int) -> None:
         if self.precision == "int8":

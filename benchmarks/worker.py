@@ -7,10 +7,12 @@ checkpoint and the workloads; the result holds, per workload, the first-call
 time (compilation included) and the steady-state times, plus import and load
 times, the greedy agreement with the reference, and the peak RSS.
 
-Order inside the process: load, then the check workload (greedy, batch 32),
-whose first output is compared with the reference before anything else is
-timed; a float32 implementation that disagrees is not timed at all (unless
-the job says otherwise). Training comes last, since it changes the weights.
+Order inside the process: load, then the check workload (greedy, batch 32):
+its greedy output and the teacher-forced log-probabilities of fixed random
+targets are compared with the reference before anything else is timed; a
+float32 implementation that disagrees (any token, or a log-probability off
+by more than `SCORE_TOLERANCE`) is not timed at all (unless the job says
+otherwise). Training comes last, since it changes the weights.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ class Implementation(Protocol):
         """The `new_tokens - 1` tokens before the last of each sentence
         (the last is the forced end token in this project), `(batch, n)`."""
 
+    def score(self, workload: Decode) -> np.ndarray:
+        """Teacher-forced log-probabilities of `workload.targets()`, `(batch, new_tokens)`."""
+
     def train(self, workload: Train, steps: int) -> None:
         """`steps` optimizer updates; raises `NotImplementedError` if unsupported."""
 
@@ -54,13 +59,22 @@ def timed(function, *args):
     return time.perf_counter() - start, result
 
 
-def agreement(tokens: np.ndarray, reference: np.ndarray) -> dict:
-    """Share of sentences equal token for token, and of tokens equal position by position."""
+SCORE_TOLERANCE = 1e-3  # float32 log-probabilities may differ by this much
+
+
+def agreement(tokens: np.ndarray, reference: np.ndarray, scores: np.ndarray, reference_scores: np.ndarray) -> dict:
+    """Share of greedy sentences equal token for token, of tokens equal
+    position by position, and the largest teacher-forced log-prob difference."""
     return {
         "sentences_equal": float(np.mean(np.all(tokens == reference, axis=1))),
         "tokens_equal": float(np.mean(tokens == reference)),
         "compared_tokens_per_sentence": int(reference.shape[1]),
+        "max_log_prob_difference": float(np.max(np.abs(scores - reference_scores))),
     }
+
+
+def passes(check: dict) -> bool:
+    return check["sentences_equal"] == 1.0 and check["max_log_prob_difference"] <= SCORE_TOLERANCE
 
 
 def make_implementation(job: dict) -> Implementation:
@@ -105,11 +119,14 @@ def run(job: dict, result_path: Path) -> dict:
     if check in workloads:  # the check first: nothing is timed before it passes
         workloads.remove(check)
         first_s, tokens = timed(implementation.decode, check)
+        scores = implementation.score(check)
         np.save(result_path.with_suffix(".check.npy"), tokens)
+        np.save(result_path.with_suffix(".scores.npy"), scores)
         if job.get("reference"):
-            result["check"] = agreement(tokens, np.load(job["reference"]))
-            if job.get("strict") and result["check"]["sentences_equal"] < 1.0:
-                result["error"] = "greedy outputs differ from the reference: not timed"
+            reference = np.load(job["reference"] + ".check.npy"), np.load(job["reference"] + ".scores.npy")
+            result["check"] = agreement(tokens, reference[0], scores, reference[1])
+            if job.get("strict") and not passes(result["check"]):
+                result["error"] = "outputs differ from the reference: not timed"
                 return result
         entry = measure(implementation, check, job["repeats"], job["train_steps"])
         entry["first_s"] = first_s

@@ -71,6 +71,22 @@ class Decode:
         ids[:, -1] = END_ID
         return ids
 
+    def targets(self) -> np.ndarray:
+        """`(batch, new_tokens)` random ordinary tokens, scored teacher-forced by every implementation."""
+        vocab = SIZES[self.size].vocabulary_size
+        rng = np.random.default_rng([self.batch, self.source_length, self.new_tokens, vocab, 1])
+        return rng.integers(UNK_ID + 1, vocab - 1, size=(self.batch, self.new_tokens), dtype="int32")
+
+
+def target_log_probs(logits: np.ndarray, targets: np.ndarray, excluded_id: int) -> np.ndarray:
+    """log p(target) under a softmax over every token but `excluded_id`
+    (Marian's `<pad>`, which CTranslate2 removes from the vocabulary)."""
+    logits = logits.astype("float64")
+    logits[..., excluded_id] = -np.inf
+    top = logits.max(axis=-1, keepdims=True)
+    log_partition = top[..., 0] + np.log(np.exp(logits - top).sum(axis=-1))
+    return np.take_along_axis(logits, targets[..., None], axis=-1)[..., 0] - log_partition
+
 
 @dataclasses.dataclass(frozen=True)
 class Train:
