@@ -22,6 +22,7 @@ import datetime
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,7 +42,8 @@ def thread_environment(threads: int) -> dict[str, str]:
     the workers also call `torch.set_num_threads`,
     `tf.config.threading.set_intra_op_parallelism_threads` and give
     CTranslate2 `intra_threads`; XLA's CPU runtime (JAX, TensorFlow with
-    XLA) sizes its pool from the CPUs it may use, hence the pinning."""
+    XLA) sizes its pool from the CPUs it may use, hence the pinning
+    (`taskset`, see `pinned_cpus`)."""
     value = str(threads)
     return {
         "OMP_NUM_THREADS": value,
@@ -53,24 +55,28 @@ def thread_environment(threads: int) -> dict[str, str]:
     }
 
 
-def pinned_cpus(threads: int) -> set[int] | None:
-    """The first `threads` CPUs this process may use, if there are more."""
+def pinned_cpus(threads: int) -> list[int] | None:
+    """The first `threads` CPUs this process may use, if there are more
+    (and `taskset` is there to pin the processes)."""
     available = sorted(os.sched_getaffinity(0))
-    return set(available[:threads]) if len(available) > threads else None
+    if len(available) <= threads or shutil.which("taskset") is None:
+        return None
+    return available[:threads]
 
 
-def run_process(args: list[str], env: dict, log: Path, timeout: float, cpus: set[int] | None) -> int:
-    """Runs `python -m ...args` under `env`, output to `log`; returns the exit code."""
+def run_process(args: list[str], env: dict, log: Path, timeout: float, cpus: list[int] | None) -> int:
+    """Runs `python -m ...args` under `env` (on `cpus` if given), output to
+    `log`; returns the exit code."""
+    pin = ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
     with open(log, "w") as out:
         try:
             return subprocess.run(
-                [sys.executable, "-m", *args],
+                [*pin, sys.executable, "-m", *args],
                 cwd=REPO_ROOT,
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 timeout=timeout,
-                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
             ).returncode
         except subprocess.TimeoutExpired:
             out.write(f"\nbenchmarks.run: killed after {timeout} s\n")
@@ -182,7 +188,7 @@ def main(argv=None) -> None:
         "load_average_before": load_before,
         "dev": args.dev,
         "threads": args.threads,
-        "pinned_cpus": sorted(cpus) if cpus else None,
+        "pinned_cpus": cpus,
         "peak": json.loads(peak_path.read_text()) if peak_path.exists() else None,
         "versions": report.versions(),
         "machine": report.machine(),
