@@ -1,0 +1,96 @@
+"""The benchmark harness of issue 14 works end to end (at a micro size; no timings checked)."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("ctranslate2")
+
+import keras  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not an installed package
+
+from benchmarks import run  # noqa: E402
+from benchmarks.checkpoint import MARIAN_DIR, build  # noqa: E402
+from benchmarks.workloads import END_ID, SIZES, Decode, Train, training_flops  # noqa: E402
+
+
+def test_workloads_are_deterministic_and_end_with_the_end_token():
+    workload = Decode("micro", 3, 5, 5)
+    sources = workload.sources()
+    np.testing.assert_array_equal(sources, workload.sources())
+    assert sources.shape == (3, 5) and np.all(sources[:, -1] == END_ID)
+    assert np.all(sources[:, :-1] > 1) and np.all(sources < SIZES["micro"].vocabulary_size - 1)
+    assert workload.targets().shape == (3, 5)
+    arrays = Train("micro", 4, 6, 7).arrays()
+    np.testing.assert_array_equal(arrays["decoder_input"][:, 1:], arrays["labels"][:, :-1])
+
+
+def test_training_flops_of_the_base_model():
+    # 6 FLOPs per weight per token it sees: 128 x 32 source tokens through the
+    # encoder (19M weights), 128 x 32 target tokens through the decoder (25M)
+    # and the output projection (16M); attention scores add a few percent.
+    d, ff, vocab = 512, 2048, 32000
+    weights_seen = 6 * (4 * d * d + 2 * d * ff) + 6 * (8 * d * d + 2 * d * ff) + d * vocab
+    by_weights = 6 * 128 * 32 * weights_seen
+    assert by_weights < training_flops(Train("base")) < 1.1 * by_weights
+
+
+def test_marian_weights_give_hugging_face_logits(tmp_path):
+    import torch
+    from transformers import MarianMTModel
+
+    from benchmarks.marian_weights import backbone_from_marian
+    from keras_transformer import Transformer
+
+    build("micro", tmp_path)
+    arrays = Train("micro", 2, 6, 5).arrays()
+    hf = MarianMTModel.from_pretrained(tmp_path / MARIAN_DIR).eval()
+    with torch.no_grad():
+        expected = hf(
+            input_ids=torch.from_numpy(arrays["source"]).long(),
+            decoder_input_ids=torch.from_numpy(arrays["decoder_input"]).long(),
+        ).logits.numpy()
+    model = Transformer(backbone=backbone_from_marian(tmp_path / MARIAN_DIR))
+    logits = model(
+        {
+            "encoder_token_ids": arrays["source"],
+            "encoder_padding_mask": np.ones_like(arrays["source"]),
+            "decoder_token_ids": arrays["decoder_input"],
+            "decoder_padding_mask": np.ones_like(arrays["decoder_input"]),
+        },
+        training=False,
+    )
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(logits), expected, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_the_harness_runs_end_to_end(tmp_path):
+    output = tmp_path / "RESULTS.md"
+    run.main([
+        "--sizes", "micro", "--backends", keras.config.backend(), "--precisions", "float32",
+        "--peers", "hf", "ct2-float32", "--repeats", "1", "--train-steps", "1", "--threads", "1",
+        "--dev", "--workdir", str(tmp_path / "work"), "--output", str(output),
+    ])
+    text = output.read_text()
+    assert "development run" in text
+    results = json.loads((tmp_path / "work" / "results.json").read_text())["results"]
+    assert [r["job"]["label"] for r in results] == [
+        "HF transformers MarianMT, torch float32",
+        "CTranslate2 float32",
+        f"this project, {keras.config.backend()}, float32",
+    ]
+    for result in results:
+        assert "error" not in result, result["error"]
+        if not result.get("is_reference"):
+            assert result["check"]["sentences_equal"] == 1.0
+            assert result["check"]["max_log_prob_difference"] < 1e-3
+        decoding = [e for e in result["workloads"].values() if "sentences_per_s" in e]
+        assert len(decoding) == 2  # greedy and beam 4
+    training = [e for r in results for e in r["workloads"].values() if "tokens_per_s" in e]
+    assert len(training) == 2  # Hugging Face and this project
+    assert "## This project / fastest peer" in text
