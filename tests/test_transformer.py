@@ -141,7 +141,7 @@ def test_decoding_compiles_once_per_length_bucket(trained_model):
     if keras.config.backend() != "tensorflow":
         pytest.skip("counts tf.function traces; jax.jit caches by shape the same way")
     trained_model.translate(["a dog runs ."], beam_size=2)
-    function = next(iter(trained_model._search_functions.values()))
+    function = next(iter(trained_model._search_functions.functions.values()))
     traces = function.experimental_get_tracing_count()
     # Other sentences of the same batch size and source bucket reuse the graph.
     trained_model.translate(["two cats play ."], beam_size=2)

@@ -74,7 +74,7 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         logits = backbone.logits(hidden)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
         self.sampler = "beam"
-        self._search_functions = {}
+        self._search_functions = SearchFunctions()
 
     def compile(
         self,
@@ -128,7 +128,7 @@ class Transformer(keras_hub.models.Seq2SeqLM):
             **kwargs,
         )
         self.sampler = sampler
-        self._search_functions = {}
+        self._search_functions = SearchFunctions()
 
     @classmethod
     def from_preset(cls, preset, load_weights: bool = True, **kwargs):
@@ -191,13 +191,14 @@ class Transformer(keras_hub.models.Seq2SeqLM):
     def _search_function(self, beam_size: int | None, alpha: float, max_extra_length: int):
         """The compiled search for one configuration, cached."""
         key = (beam_size, alpha, max_extra_length)
-        if key not in self._search_functions:
+        functions = self._search_functions.functions
+        if key not in functions:
             # XLA on TensorFlow unless compile(jit_compile=False) said otherwise.
             jit_compile = self.jit_compile if self.compiled else resolve_jit_compile()
-            self._search_functions[key] = compiled_search(
+            functions[key] = compiled_search(
                 self, jit_compile, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length
             )
-        return self._search_functions[key]
+        return functions[key]
 
     def make_generate_function(self):
         """The compiled search of `compile(sampler=...)` (KerasHub's API):
@@ -344,6 +345,18 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         if self.preprocessor is not None and self.preprocessor.encoder_sequence_length:
             limit = min(limit, self.preprocessor.encoder_sequence_length)
         return limit - (2 if getattr(self.preprocessor, "source_start_token", True) else 1)
+
+
+class SearchFunctions:
+    """The compiled searches of a model, by (beam size, alpha, max extra length).
+
+    Not a `dict`: Keras and TensorFlow track dicts set on a model, and the
+    SavedModel writer would then try to save these functions (and fail on
+    the tuple keys); a plain object is left alone.
+    """
+
+    def __init__(self):
+        self.functions = {}
 
 
 def _beam_size_of(sampler) -> int | None:
