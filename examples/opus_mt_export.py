@@ -64,8 +64,11 @@ def main(argv: list[str] | None = None) -> int:
 
     # 3. The SavedModel. For Marian checkpoints the export fails today (see above): say
     # so and stop, instead of writing something that would not translate the same.
+    # A freshly loaded model: one that has run `translate` holds its compiled searches
+    # in a dict that the SavedModel writer refuses to save (a bug of this version).
     try:
-        folder = export_saved_model(converted, out / "savedmodel" / "1", overwrite=True)
+        fresh = kt.Transformer.from_preset(str(preset))
+        folder = export_saved_model(fresh, out / "savedmodel" / "1", overwrite=True)
     except Exception as error:
         if not marian:
             raise
