@@ -135,3 +135,19 @@ def test_keras_pipeline_example(tmp_path):
     assert not (tmp_path / "run" / "backup").exists()  # BackupAndRestore cleans up after a finished run
     translations = [line.split("\t") for line in result.stdout.splitlines() if "\t" in line]
     assert [source for source, _ in translations] == [source for source, _ in PAIRS[-2:]]
+
+
+@pytest.mark.slow
+def test_opus_mt_export_example_exports_a_native_preset_in_full(tmp_path, tokenizer):
+    """The example's whole path, SavedModel included, on a tiny native preset."""
+    import keras
+
+    from conftest import make_model
+
+    keras.utils.set_random_seed(5)
+    make_model(tokenizer, num_encoder_layers=1, num_decoder_layers=1).save_to_preset(tmp_path / "tiny")
+    result = run_example([sys.executable, str(EXAMPLES / "opus_mt_export.py"), "tiny", "--out", "exported"], tmp_path)
+    outputs = dict(line.split(": ", 1) for line in result.stdout.splitlines()
+                   if line.startswith(("loaded:", "converted:", "SavedModel:")))
+    assert outputs["loaded"] == outputs["converted"] == outputs["SavedModel"]
+    assert (tmp_path / "exported" / "savedmodel" / "1" / "saved_model.pb").exists()
