@@ -44,12 +44,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="an hf:// handle, a save_pretrained folder, or any preset")
     parser.add_argument("--out", default="exported/opus_mt_en_de",
                         help="output folder: preset/ (converted) and savedmodel/1/ (export)")
+    parser.add_argument("--sentence", action="append", dest="sentences",
+                        help="a sentence to translate (repeat for more; default: two examples)")
     args = parser.parse_args(argv)
     out = Path(args.out)
+    sentences = args.sentences or SENTENCES
 
     # 1. Load (and, for a transformers checkpoint, convert) and translate.
     model = kt.Transformer.from_preset(args.source)
-    print("loaded:", " | ".join(model.translate(SENTENCES)))
+    print("loaded:", " | ".join(model.translate(sentences)))
 
     # 2. A native preset. `convert` writes the model card with the checkpoint's license;
     # for a model that is already native, save_to_preset does the same job.
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         model.save_to_preset(preset)
     converted = kt.Transformer.from_preset(str(preset))
-    print("converted:", " | ".join(converted.translate(SENTENCES)))
+    print("converted:", " | ".join(converted.translate(sentences)))
 
     # 3. The SavedModel. For Marian checkpoints the export fails today (see above): say
     # so and stop, instead of writing something that would not translate the same.
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
     serve = tf.saved_model.load(str(folder)).signatures["serving_default"]
-    outputs = serve(inputs=tf.constant(SENTENCES))["outputs"].numpy()
+    outputs = serve(inputs=tf.constant(sentences))["outputs"].numpy()
     print("SavedModel:", " | ".join(text.decode("utf-8") for text in outputs))
     return 0
 
