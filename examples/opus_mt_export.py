@@ -14,9 +14,10 @@ What it shows:
    NOT SUPPORTED YET for Marian checkpoints: the export puts this project's single
    SentencePiece tokenizer into the graph, and Marian's tokenizer (two SentencePiece
    models, source and target, mapped through one vocab.json) is not handled by it
-   (issue 15, item 1). For such a checkpoint this script says so and stops after step 2;
-   serve the converted preset from Python (`model.translate`, or `keras-transformer
-   translate --preset FOLDER`) until then. A native preset (e.g. `multi30k_en_de`, or
+   (issue 15, item 1; today it fails with "Invalid resource type ... None"). The script
+   still tries, and when the export of a Marian checkpoint fails it says so and stops
+   after step 2: serve the converted preset from Python (`model.translate`, or
+   `keras-transformer translate --preset FOLDER`) until then. A native preset (e.g. `multi30k_en_de`, or
    one trained with `keras-transformer train`) exports in full.
 
 Run (the first needs the Hub, or its files in the local Hugging Face cache):
@@ -24,6 +25,7 @@ Run (the first needs the Hub, or its files in the local Hugging Face cache):
     python examples/opus_mt_export.py hf://Helsinki-NLP/opus-mt-en-fr --out exported/en_fr
     python examples/opus_mt_export.py path/to/save_pretrained/folder --out exported/mine
     python examples/opus_mt_export.py multi30k_en_de --out exported/multi30k  # exports a SavedModel
+    python examples/opus_mt_export.py --sentence "A cat sleeps." --sentence "It rains."
 """
 
 import argparse
