@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--preset", default="multi30k_en_de", help="the preset to start from")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32, help="sentence pairs per batch")
-    parser.add_argument("--peak-lr", type=float, default=1e-4, help="highest learning rate (trained from scratch: 1e-3 and more)")
+    parser.add_argument("--peak-lr", type=float, default=1e-4, help="highest learning rate (the paper, from scratch at d_model 512: 7e-4)")
     parser.add_argument("--warmup-steps", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--run-eagerly", action="store_true", help="no graph compilation: starts at once, each step slower (a quick check)")
