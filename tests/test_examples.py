@@ -69,14 +69,18 @@ def test_fine_tune_example_saves_a_preset_that_loads(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_distributed_example_runs_tiny_on_jax(tmp_path):
-    pytest.importorskip("jax")
+@pytest.mark.parametrize("mode", ["jax", "mirrored"])
+def test_train_distributed_example_runs_tiny(mode, tmp_path):
+    """TINY=1 on CPU: JAX over 2 host devices through the multi-process start-up with one
+    process; TensorFlow's MirroredStrategy over the one CPU device."""
+    if mode == "jax":
+        pytest.importorskip("jax")
     from conftest import PAIRS as SHORT_PAIRS
 
     (tmp_path / "train.en").write_text("".join(f"{s}\n" for s, _ in SHORT_PAIRS) * 5, encoding="utf-8")
     (tmp_path / "train.de").write_text("".join(f"{t}\n" for _, t in SHORT_PAIRS) * 5, encoding="utf-8")
     result = run_example(
-        ["bash", str(EXAMPLES / "train_distributed.sh"), "jax"],
+        ["bash", str(EXAMPLES / "train_distributed.sh"), mode],
         tmp_path,
         TINY="1", SRC="train.en", TGT="train.de", OUT="run",
         KERAS_TRANSFORMER=f"{sys.executable} -m keras_transformer.cli",
