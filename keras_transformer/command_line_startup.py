@@ -130,7 +130,7 @@ def install_native_log_filter() -> None:
         encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
         errors="backslashreplace",
         line_buffering=True,
-        write_through=True,
+        write_through=False,  # whole lines: print() writes text and "\n" separately
     )
     thread = threading.Thread(target=_forward, args=(read_end, real_stderr), daemon=True, name="native-log-filter")
     thread.start()

@@ -18,13 +18,15 @@ from keras_transformer.models.transformer_backbone import TransformerBackbone
 
 
 def resolve_jit_compile(jit_compile: bool | str = "auto") -> bool:
-    """`"auto"` means XLA on TensorFlow and JAX, whatever the device.
+    """`"auto"` means XLA on TensorFlow and JAX, on CPUs too.
 
     Keras resolves `jit_compile="auto"` to False for TensorFlow on a machine
     without a GPU, so training and decoding ran uncompiled on CPUs; measured
     here, XLA makes base-size training about 1.7x and beam search about 2.4x
-    faster on CPU too. On torch, "auto" stays eager (`torch.compile` is
-    opt-in with `jit_compile=True`).
+    faster on CPU too. Keras' other reason stays: no XLA inside a
+    `tf.distribute` strategy's scope (its mirrored variables live on several
+    devices, which XLA refuses). On torch, "auto" stays eager
+    (`torch.compile` is opt-in with `jit_compile=True`).
 
     Example:
     >>> resolve_jit_compile(False)
@@ -32,7 +34,12 @@ def resolve_jit_compile(jit_compile: bool | str = "auto") -> bool:
     """
     if jit_compile != "auto":
         return bool(jit_compile)
-    return keras.config.backend() in ("tensorflow", "jax")
+    backend = keras.config.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return not tf.distribute.has_strategy()
+    return backend == "jax"
 
 
 def check_search_arguments(beam_size: int | None, alpha: float, max_extra_length: int) -> None:
