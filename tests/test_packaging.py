@@ -22,6 +22,9 @@ for name in sys.argv[2:]:
 
 @pytest.mark.slow
 def test_a_wheel_installs_and_loads_every_shipped_preset_offline(tmp_path):
+    setuptools = pytest.importorskip("setuptools", reason="the wheel is built without build isolation")
+    if int(setuptools.__version__.split(".")[0]) < 69:
+        pytest.skip(f"pyproject.toml needs setuptools>=69 to build; {setuptools.__version__} is installed")
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", str(REPO_ROOT), "--no-deps", "--no-build-isolation",
          "-q", "-w", str(tmp_path / "dist")],
