@@ -262,7 +262,7 @@ def render(context: dict, results: list[dict]) -> str:
         "- Each implementation and size runs in its own process (`benchmarks/worker.py`); the Keras "
         "backend is fixed per process by `KERAS_BACKEND`.",
         "- This project gets the checkpoint through `benchmarks/marian_weights.py:backbone_from_marian` "
-        "(to be replaced by the project's Marian loader). Decoding uses the public `Transformer.generate` "
+        "(the project's own Marian converter, `keras_transformer.marian`). Decoding uses the public `Transformer.generate` "
         "(greedy: `beam_size=None`), with one benchmark-only hook (`benchmarks/project.py:"
         "FixedLengthBackbone`) that keeps the end token from winning before the length limit; every "
         "implementation runs 24 decoder steps. Training uses `model.compile()` (the paper's recipe) and "
