@@ -52,19 +52,20 @@ PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 HUB_ORG = "keras-transformer"
 
 
-def _paper_preset(name: str, description: str, params: int) -> dict:
+def _hub_preset(repo: str, description: str, params: int) -> dict:
+    """A preset entry whose files live in the Hugging Face Hub repository `repo`."""
     return {
         "metadata": {"description": description, "params": params, "path": "transformer"},
         # KerasHub's name for the field; it resolves any handle, hf:// included.
-        "kaggle_handle": f"hf://{HUB_ORG}/{name}",
+        "kaggle_handle": f"hf://{repo}",
     }
 
 
 # Table 3 of Vaswani et al. (2017); parameter counts are this implementation's
 # (biases and LayerNorms included, one tied embedding matrix).
 PAPER_PRESETS = {
-    "big_en_de": _paper_preset(
-        "big_en_de",
+    "big_en_de": _hub_preset(
+        f"{HUB_ORG}/big_en_de",
         "Transformer big (6+6 layers, d_model 1024, d_ff 4096, 16 heads, dropout 0.3), "
         "WMT 2014 English-German, 37,000 shared BPE tokens. Paper: 28.4 BLEU newstest2014.",
         214_245_376,
@@ -72,29 +73,22 @@ PAPER_PRESETS = {
 }
 
 
-def _hub_checkpoint(repo: str, description: str, params: int) -> dict:
-    return {
-        "metadata": {"description": description, "params": params, "path": "transformer"},
-        "kaggle_handle": f"hf://{repo}",
-    }
-
-
 # Helsinki-NLP's Opus-MT checkpoints (Tiedemann & Thottingal 2020); parameter
 # counts are the converted backbone's (embeddings and logits bias included).
 OPUS_MT_PRESETS = {
-    "base_en_de": _hub_checkpoint(
+    "base_en_de": _hub_preset(
         "Helsinki-NLP/opus-mt-en-de",
         "Opus-MT English-German (Helsinki-NLP, CC-BY-4.0): base dimensions, swish, 58,101 "
         "SentencePiece pieces. Authors: 40.9 BLEU newstest2019.",
         73_944_309,
     ),
-    "base_en_fr": _hub_checkpoint(
+    "base_en_fr": _hub_preset(
         "Helsinki-NLP/opus-mt-en-fr",
         "Opus-MT English-French (Helsinki-NLP): base dimensions, swish, 59,514 SentencePiece "
         "pieces. Authors: 33.2 BLEU newstest2013.",
         74_669_178,
     ),
-    "big_en_fr": _hub_checkpoint(
+    "big_en_fr": _hub_preset(
         "Helsinki-NLP/opus-mt-tc-big-en-fr",
         "Opus-MT tc-big English-French (Helsinki-NLP, CC-BY-4.0): the paper's big dimensions, "
         "ReLU, 53,017 SentencePiece pieces. Authors: 52.2 BLEU flores101.",
