@@ -159,6 +159,28 @@ def test_translate_reads_a_file_one_line_per_line(preset, tmp_path):
     assert from_arguments.stdout == from_file.stdout
 
 
+def test_translate_compiles_the_search_only_where_it_pays():
+    import keras
+
+    from keras_transformer.commands.translate import _compile_search
+
+    def compiles(total, compile="auto"):
+        return _compile_search(argparse.Namespace(compile=compile, batch_size=32), total)
+
+    on_tensorflow = keras.config.backend() == "tensorflow"
+    assert compiles(32) is not on_tensorflow  # one batch: eager on TensorFlow
+    assert compiles(33) and compiles(None)  # more, or unknown (standard input)
+    assert compiles(1, "yes") and not compiles(1000, "no")
+
+
+def test_compiled_and_eager_translations_agree(preset):
+    sentences = ["a dog runs .", "two cats play in the snow ."]
+    compiled = run_cli("translate", "--preset", preset, "--compile", "yes", *sentences)
+    eager = run_cli("translate", "--preset", preset, "--compile", "no", *sentences)
+    assert compiled.returncode == 0 and eager.returncode == 0, compiled.stderr + eager.stderr
+    assert compiled.stdout == eager.stdout and len(eager.stdout.splitlines()) == 2
+
+
 def test_translate_options_that_exclude_each_other(preset, tmp_path):
     result = run_cli("translate", "--preset", preset, "--greedy", "--beam-size", "2", "a dog .")
     assert result.returncode == 2 and "not allowed with" in result.stderr

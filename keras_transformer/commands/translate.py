@@ -34,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="split",
         help="a sentence longer than the model takes: split it at sentence ends (default), truncate it with a warning, or stop",
     )
+    parser.add_argument(
+        "--compile",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="compile the search (XLA) or decode eagerly; auto (default): eagerly on TensorFlow when the input fits in one batch, where compiling takes longer than translating",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -47,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--batch-size must be at least 1; got {args.batch_size}.")
     lines, total = _input_lines(args)
     model = Transformer.from_preset(args.preset)
+    # Read by the first search built; the command never trains.
+    model.run_eagerly = not _compile_search(args, total)
     show_progress = bool(args.input) and args.input != "-" and not args.quiet and sys.stderr.isatty()
     progress = Progress(total, sys.stderr) if show_progress else None
     chunk = []
@@ -60,6 +68,24 @@ def run(args: argparse.Namespace) -> int:
     if progress is not None:
         progress.finish()
     return 0
+
+
+def _compile_search(args: argparse.Namespace, total: int | None) -> bool:
+    """Whether to compile the search, for `--compile`.
+
+    A one-shot command pays for the compilation every time it starts. Measured
+    here on TensorFlow with multi30k_en_de (beam 4): one sentence took 1.5 s
+    eagerly against 8.3 s compiled (the compilation), 32 test sentences 8.9 s
+    against 10.6 s; compiled decoding wins from the second batch of a shape
+    on. JAX compiles faster than it runs eagerly (5.5 s against 11 s for one
+    sentence) and PyTorch always decodes eagerly, so "auto" compiles there.
+    """
+    import keras
+
+    if args.compile != "auto":
+        return args.compile == "yes"
+    one_batch = total is not None and total <= args.batch_size
+    return not (one_batch and keras.config.backend() == "tensorflow")
 
 
 def _input_lines(args: argparse.Namespace):
