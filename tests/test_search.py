@@ -86,6 +86,30 @@ def test_output_stops_at_the_maximum_length_with_an_end_token():
         assert row[3] == END and (row[4:] == PAD).all()
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_short_buffer_finds_what_a_long_one_does_or_says_it_did_not(seed):
+    table = markov_table(seed)
+    for search, kwargs in [(greedy_search, {}), (beam_search, dict(beam_size=3, alpha=0.6))]:
+        full = run(table, search, batch=2, max_length=7, buffer_length=8, **kwargs)
+        expected = tokens_of((full[0] if isinstance(full, tuple) else full)[0])
+        for buffer_length in range(3, 9):
+            *found, complete = run(
+                table, search, batch=2, max_length=7, buffer_length=buffer_length,
+                with_completion=True, **kwargs,
+            )
+            if complete[0]:
+                assert tokens_of(found[0][0]) == expected, (search.__name__, buffer_length)
+        assert complete.all()  # a buffer of max_length + 1 always suffices
+
+
+def test_a_buffer_too_short_is_reported():
+    table = markov_table(0)
+    table[:, END] = -50.0  # the model never wants to stop before it must
+    for search, kwargs in [(greedy_search, {}), (beam_search, dict(beam_size=3, alpha=0.6))]:
+        *_, complete = run(table, search, max_length=7, buffer_length=5, with_completion=True, **kwargs)
+        assert not complete[0], search.__name__
+
+
 def test_length_penalty_is_gnmt():
     assert float(length_penalty(1, 0.6)) == pytest.approx(1.0)
     assert float(length_penalty(7, 0.6)) == pytest.approx(2.0**0.6)

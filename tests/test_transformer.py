@@ -171,6 +171,41 @@ def test_keras_hub_decoding_api_follows_compile_sampler(trained_model):
         trained_model.compile(optimizer=keras.optimizers.Adam(0.01), label_smoothing=0.0)
 
 
+def test_generate_searches_a_short_buffer_first_and_the_full_one_only_if_needed(trained_model, monkeypatch):
+    from keras_transformer.models import transformer
+
+    buffers = []
+    search = trained_model._search
+
+    def recording(token_ids, beam_size, alpha, max_extra_length, buffer_length, **kwargs):
+        buffers.append(buffer_length)
+        return search(token_ids, beam_size, alpha, max_extra_length, buffer_length, **kwargs)
+
+    monkeypatch.setattr(trained_model, "_search", recording)
+    sources = [pair[0] for pair in PAIRS]
+    source_length = 16  # pack_sources pads these to one bucket
+    full = trained_model.generate(sources, max_length=source_length + 50)
+    assert buffers == [source_length + 50]
+
+    buffers.clear()
+    assert trained_model.generate(sources) == full
+    assert buffers == [source_length + transformer.FIRST_BUFFER_EXTRA]  # finished within it
+
+    buffers.clear()
+    monkeypatch.setattr(transformer, "FIRST_BUFFER_EXTRA", 2 - source_length)  # room for one token
+    assert trained_model.generate(sources) == full
+    assert buffers == [2, source_length + 50]  # not finished: searched again
+
+    # Token ids in, token ids out: as wide as the full buffer, whichever search found them.
+    monkeypatch.undo()
+    bare = kt.Transformer(trained_model.backbone)
+    ids = trained_model.preprocessor.pack_sources([[5, 6, 7]])
+    out, full = bare.generate(ids), bare.generate(ids, max_length=source_length + 50)
+    assert out["decoder_token_ids"].shape == (1, source_length + 50) == out["decoder_padding_mask"].shape
+    for key in out:
+        np.testing.assert_array_equal(out[key], full[key])
+
+
 def test_generate_on_token_ids_uses_the_backbones_special_ids():
     # A vocabulary whose end token is 5 and whose sources carry no start
     # token (Marian's packing): the search must stop at 5 and count the

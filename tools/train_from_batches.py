@@ -43,10 +43,13 @@ def _import_without_tensorflow(*modules: str) -> None:
             del sys.modules[name]
 
 
+# Keras (and PyTorch, which probes for TensorFlow as it starts) first, without
+# the stand-ins.
+import keras  # noqa: E402
+
 _import_without_tensorflow("keras_transformer.commands.train", "keras_transformer.training.callbacks")
 
 # Already imported above; these only bind the names.
-import keras  # noqa: E402
 
 from keras_transformer.commands.train import compile_model  # noqa: E402
 from keras_transformer.models.transformer import Transformer  # noqa: E402
@@ -121,6 +124,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run_dir")
     parser.add_argument("--average", type=int, default=10, help="average this many last checkpoints")
+    parser.add_argument("--max-steps", type=int, help="train to this step (default: as many as batches were recorded)")
     parser.add_argument("--minutes", type=float, help="stop after this many minutes of training")
     args = parser.parse_args()
     if keras.backend.backend() == "jax":
@@ -135,8 +139,9 @@ def main() -> None:
     options = argparse.Namespace(**run["arguments"])
     with np.load(os.path.join(args.run_dir, "batches.npz")) as arrays:
         train, valid = RecordedBatches(arrays, "train"), RecordedBatches(arrays, "valid")
+    options.max_steps = args.max_steps or len(train)
     if len(train) < options.max_steps:
-        raise SystemExit(f"batches.npz holds {len(train)} training batches; the run needs {options.max_steps}.")
+        raise SystemExit(f"batches.npz holds {len(train)} training batches; --max-steps is {options.max_steps}.")
 
     keras.utils.set_random_seed(options.seed)
     model = Transformer(backbone=TransformerBackbone(**run["backbone"]), preprocessor=None)
@@ -156,7 +161,8 @@ def main() -> None:
         checkpoint_dir, every_steps=options.checkpoint_every_steps, keep=options.keep_checkpoints
     )
     monitor = TrainingMonitor(args.run_dir)
-    callbacks = [saver, checkpoints.StopOnNaN(saver), StopAtStep(options.max_steps), monitor]
+    nan_guard = checkpoints.StopOnNaN(saver)
+    callbacks = [saver, nan_guard, StopAtStep(options.max_steps), monitor]
     if args.minutes:
         callbacks.append(StopAtDeadline(args.minutes))
     initial_epoch = step // options.valid_every
@@ -175,6 +181,8 @@ def main() -> None:
             verbose=2,
             shuffle=False,  # recorded in the train command's order
         )
+        if nan_guard.message:
+            raise SystemExit(nan_guard.message)
         print(f"trained to step {int(keras.ops.convert_to_numpy(model.optimizer.iterations))} at {monitor.tokens_per_second:.0f} target tokens/s.")
     paths = checkpoints.list_checkpoints(checkpoint_dir)[-args.average :]
     weights = checkpoints.average_checkpoints(paths)

@@ -61,6 +61,7 @@ def search_step(
     beam_size: int | None = 4,
     alpha: float = 0.6,
     max_extra_length: int = 50,
+    with_completion: bool = False,
 ) -> dict:
     """Decodes one batch of token ids; traceable as a single graph.
 
@@ -74,6 +75,9 @@ def search_step(
         max_extra_length: each sentence gets at most its source length
             (its tokens other than the start and end tokens) plus this
             many tokens before its end token (section 6.1).
+        with_completion: the buffer may be shorter than that limit; the
+            output then also holds `complete`, which sentences were
+            finished within it (see `search.beam_search`).
 
     Returns:
         `{"decoder_token_ids", "decoder_padding_mask"}`: the translations
@@ -115,16 +119,24 @@ def search_step(
         )
         return ops.log_softmax(ops.cast(logits[:, 0, :], "float32")), cache
 
-    special = dict(start_token_id=start_token_id, end_token_id=end_token_id, pad_token_id=pad_token_id)
+    options = dict(
+        start_token_id=start_token_id, end_token_id=end_token_id, pad_token_id=pad_token_id,
+        with_completion=with_completion,
+    )
     if beam_size is None:
-        tokens = search.greedy_search(step, first_log_probs, self_cache, max_lengths, buffer_length, **special)
+        found = search.greedy_search(step, first_log_probs, self_cache, max_lengths, buffer_length, **options)
+        tokens, complete = found if with_completion else (found, None)
     else:
-        tokens, _ = search.beam_search(
-            step, first_log_probs, self_cache, max_lengths, buffer_length, beam_size, alpha, **special
+        tokens, _, *complete = search.beam_search(
+            step, first_log_probs, self_cache, max_lengths, buffer_length, beam_size, alpha, **options
         )
+        complete = complete[0] if with_completion else None
     # Position 0 is the start token, which is the padding id in Marian.
     first = ops.arange(ops.shape(tokens)[1])[None, :] == 0
-    return {"decoder_token_ids": tokens, "decoder_padding_mask": (tokens != pad_token_id) | first}
+    outputs = {"decoder_token_ids": tokens, "decoder_padding_mask": (tokens != pad_token_id) | first}
+    if with_completion:
+        outputs["complete"] = complete
+    return outputs
 
 
 def compiled_search(model: keras.Model, jit_compile: bool, **config) -> Callable[[dict], dict]:
@@ -134,7 +146,8 @@ def compiled_search(model: keras.Model, jit_compile: bool, **config) -> Callable
         model: a model with a `backbone`; its variables are read at each call
             (on JAX they are passed to the compiled function).
         jit_compile: XLA on TensorFlow; ignored elsewhere.
-        **config: `search_step`'s `beam_size`, `alpha`, `max_extra_length`.
+        **config: `search_step`'s `beam_size`, `alpha`, `max_extra_length`,
+            `with_completion`.
     """
     function = partial(search_step, model.backbone, **config)
     backend = keras.config.backend()

@@ -38,6 +38,13 @@ def _never_generated(log_probs, start_token_id, pad_token_id):
     return ops.where((vocab == pad_token_id) | (vocab == start_token_id), NEG_INF, log_probs)
 
 
+def _limit_lengths(max_lengths, buffer_length: int, with_completion: bool):
+    """The end token is forced at `max_lengths`, or at the buffer's end
+    unless the caller checks completion and searches again if needed."""
+    max_lengths = ops.cast(max_lengths, "int32")
+    return max_lengths if with_completion else ops.minimum(max_lengths, buffer_length - 1)
+
+
 def _gather_rows(x, indices):
     """`x[b, indices[b, j]]` for every batch row b: picks beams per sentence."""
     expanded = ops.reshape(indices, ops.shape(indices) + (1,) * (len(ops.shape(x)) - 2))
@@ -53,6 +60,8 @@ def greedy_search(
     start_token_id: int,
     end_token_id: int,
     pad_token_id: int,
+    *,
+    with_completion: bool = False,
 ):
     """Picks the most probable token at every step.
 
@@ -64,13 +73,14 @@ def greedy_search(
             sentence, end token included (the end token is forced there).
         buffer_length: static size of the output, start token included.
         start_token_id, end_token_id, pad_token_id: special token ids.
+        with_completion: see `beam_search`.
 
     Returns:
         `(batch, buffer_length)` int32 tokens: start token, the translation, the
-        end token, then padding.
+        end token, then padding; with `with_completion`, also `complete`.
     """
     batch = ops.shape(first_log_probs)[0]
-    max_lengths = ops.minimum(ops.cast(max_lengths, "int32"), buffer_length - 1)
+    max_lengths = _limit_lengths(max_lengths, buffer_length, with_completion)
     tokens = ops.full((batch, buffer_length), pad_token_id, dtype="int32")
     tokens = ops.slice_update(tokens, (0, 0), ops.full((batch, 1), start_token_id, "int32"))
 
@@ -94,11 +104,11 @@ def greedy_search(
         tokens = ops.slice_update(tokens, (0, index + 1), token[:, None])
         return index + 1, tokens, ops.logical_or(done, token == end_token_id), cache
 
-    _, tokens, _, _ = ops.while_loop(
+    _, tokens, done, _ = ops.while_loop(
         cond, body, (ops.convert_to_tensor(1, "int32"), tokens, done, cache),
         maximum_iterations=buffer_length - 2,
     )
-    return tokens
+    return (tokens, done) if with_completion else tokens
 
 
 def beam_search(
@@ -112,6 +122,8 @@ def beam_search(
     start_token_id: int,
     end_token_id: int,
     pad_token_id: int,
+    *,
+    with_completion: bool = False,
 ):
     """Beam search as in section 6.1: keeps `beam_size` live hypotheses and a
     pool of the `beam_size` best finished ones, scored by log P(Y) / lp(Y),
@@ -130,15 +142,21 @@ def beam_search(
         beam_size: live hypotheses per sentence.
         alpha: length penalty exponent (0.6 in the paper; 0 for none).
         start_token_id, end_token_id, pad_token_id: special token ids.
+        with_completion: let `max_lengths` exceed the buffer, and also return
+            `complete` `(batch,)`: which sentences the search finished within
+            the buffer. Their results are those of a buffer of
+            `max(max_lengths) + 1`; the others need a longer buffer. (A
+            shorter buffer is faster: every step reads and reorders it whole.)
 
     Returns:
         `(tokens, scores)`: the best finished hypothesis of each sentence,
         `(batch, buffer_length)` int32 laid out as `greedy_search`'s, and its
-        length-normalised log-probability `(batch,)`.
+        length-normalised log-probability `(batch,)`; with
+        `with_completion`, `(tokens, scores, complete)`.
     """
     batch, vocab = ops.shape(first_log_probs)[0], ops.shape(first_log_probs)[1]
     k = beam_size
-    max_lengths = ops.minimum(ops.cast(max_lengths, "int32"), buffer_length - 1)
+    max_lengths = _limit_lengths(max_lengths, buffer_length, with_completion)
     positions = ops.arange(buffer_length)[None, None, :]
 
     # Every beam starts as the start token; only beam 0 is live at first, so
@@ -207,10 +225,13 @@ def beam_search(
         cache = keras.tree.map_structure(lambda c: ops.take(c, flat_origin, axis=0), cache)
         return index + 1, alive_tokens, alive_scores, finished_tokens, finished_scores, cache
 
-    _, _, _, finished_tokens, finished_scores, _ = ops.while_loop(
+    _, _, alive_scores, finished_tokens, finished_scores, _ = ops.while_loop(
         cond,
         body,
         (ops.convert_to_tensor(1, "int32"), alive_tokens, alive_scores, finished_tokens, finished_scores, cache),
         maximum_iterations=buffer_length - 2,
     )
-    return finished_tokens[:, 0, :], finished_scores[:, 0]
+    best = finished_tokens[:, 0, :], finished_scores[:, 0]
+    if with_completion:
+        return (*best, ops.logical_not(can_improve(alive_scores, finished_scores)))
+    return best
