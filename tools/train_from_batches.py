@@ -158,7 +158,10 @@ def main() -> None:
             yield train.batch(index)
 
     saver = checkpoints.PeriodicCheckpoint(
-        checkpoint_dir, every_steps=options.checkpoint_every_steps, keep=options.keep_checkpoints
+        checkpoint_dir,
+        every_steps=options.checkpoint_every_steps,
+        every_minutes=options.checkpoint_every_minutes or None,
+        keep=options.keep_checkpoints,
     )
     monitor = TrainingMonitor(args.run_dir)
     nan_guard = checkpoints.StopOnNaN(saver)
