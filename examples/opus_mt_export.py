@@ -9,22 +9,17 @@ What it shows:
    checksummed, with a model card naming its source and license, loading without
    conversion and without `transformers`' files.
 3. Export as a TensorFlow SavedModel (strings in, translations out, for TensorFlow
-   Serving) with `keras_transformer.serving.export_saved_model`.
-
-   NOT SUPPORTED YET for Marian checkpoints: the export puts this project's single
-   SentencePiece tokenizer into the graph, and Marian's tokenizer (two SentencePiece
-   models, source and target, mapped through one vocab.json) is not handled by it
-   (issue 15, item 1; today it fails with "Invalid resource type ... None"). The script
-   still tries, and when the export of a Marian checkpoint fails it says so and stops
-   after step 2: serve the converted preset from Python (`model.translate`, or
-   `keras-transformer translate --preset FOLDER`) until then. A native preset (e.g. `multi30k_en_de`, or
-   one trained with `keras-transformer train`) exports in full.
+   Serving) with `keras_transformer.serving.export_saved_model`: Marian's source and
+   target SentencePiece models and its vocab.json run inside the graph, and the
+   SavedModel, loaded with TensorFlow and tensorflow_text alone, translates as
+   `model.translate` does. Any other preset (e.g. `multi30k_en_de`, or one trained
+   with `keras-transformer train`) goes through the same three steps.
 
 Run (the first needs the Hub, or its files in the local Hugging Face cache):
     python examples/opus_mt_export.py                                   # opus-mt-en-de
     python examples/opus_mt_export.py hf://Helsinki-NLP/opus-mt-en-fr --out exported/en_fr
     python examples/opus_mt_export.py path/to/save_pretrained/folder --out exported/mine
-    python examples/opus_mt_export.py multi30k_en_de --out exported/multi30k  # exports a SavedModel
+    python examples/opus_mt_export.py multi30k_en_de --out exported/multi30k
     python examples/opus_mt_export.py --sentence "A cat sleeps." --sentence "It rains."
 """
 
@@ -59,31 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     # 2. A native preset. `convert` writes the model card with the checkpoint's license;
     # for a model that is already native, save_to_preset does the same job.
     preset = out / "preset"
-    marian = isinstance(model.preprocessor.tokenizer, MarianTokenizer)
-    if marian:
+    if isinstance(model.preprocessor.tokenizer, MarianTokenizer):
         convert(args.source, preset)
     else:
         model.save_to_preset(preset)
     converted = kt.Transformer.from_preset(str(preset))
     print("converted:", " | ".join(converted.translate(sentences)))
 
-    # 3. The SavedModel. For Marian checkpoints the export fails today (see above): say
-    # so and stop, instead of writing something that would not translate the same.
-    # A freshly loaded model: one that has run `translate` holds its compiled searches
-    # in a dict that the SavedModel writer refuses to save (a bug of this version).
-    try:
-        fresh = kt.Transformer.from_preset(str(preset))
-        folder = export_saved_model(fresh, out / "savedmodel" / "1", overwrite=True)
-    except Exception as error:
-        if not marian:
-            raise
-        print(
-            "SavedModel export does not support Marian's source/target tokenizers yet "
-            f"({type(error).__name__}: {error}); not exported. Serve the converted preset "
-            f"from Python: keras-transformer translate --preset {preset} \"A sentence.\"",
-            file=sys.stderr,
-        )
-        return 0
+    # 3. The SavedModel: tokenization, beam search and detokenization in one graph.
+    folder = export_saved_model(converted, out / "savedmodel" / "1", overwrite=True)
     print(f"exported to {folder}; serve {folder.parent} with TensorFlow Serving (see README.md)")
 
     # Check it as a server would: TensorFlow and tensorflow_text only, no keras_transformer.

@@ -2,11 +2,21 @@
 
 `export_saved_model` writes a SavedModel whose `serving_default` signature
 takes a batch of sentences (`tf.string`, shape `[None]`) and returns their
-translations. Everything runs inside the graph: SentencePiece tokenization
-(tensorflow_text), packing with `<s> ... </s>`, the encoder, the beam search
-of section 6.1 (`keras_transformer.models.decoding.search_step`) and
-detokenization. Loading it needs TensorFlow and tensorflow_text only, so
-TensorFlow Serving, or any TensorFlow program, can serve it:
+translations. Everything runs inside the graph: tokenization, packing as
+the model's preprocessor packs, the encoder, the beam search of section 6.1
+(`keras_transformer.models.decoding.search_step`) and detokenization. The
+tokenizer's own TensorFlow ops do the text work:
+
+- a native preset: one SentencePiece model (tensorflow_text), sources
+  packed as `<s> ... </s>`;
+- a Marian (Opus-MT) model: `source.spm` segments the source, a
+  `tf.lookup.StaticHashTable` of `vocab.json` maps pieces to ids (unknown
+  pieces to `<unk>`; a leading language tag such as `>>fra<<` is one token),
+  sources are packed as `... </s>`; outputs map back to pieces through the
+  vocabulary and `target.spm` joins them.
+
+Loading it needs TensorFlow and tensorflow_text only, so TensorFlow
+Serving, or any TensorFlow program, can serve it:
 
     import tensorflow as tf
     import tensorflow_text  # registers the SentencePiece ops
@@ -36,7 +46,6 @@ from pathlib import Path
 
 import keras
 
-from keras_transformer import library_internals
 from keras_transformer.files import fsync_directory
 from keras_transformer.models.decoding import check_search_arguments, search_step
 from keras_transformer.models.transformer import PAPER_BEAM_SIZE
@@ -61,7 +70,8 @@ def export_saved_model(
     half-written behind.
 
     Args:
-        model: a `keras_transformer.Transformer` with a preprocessor.
+        model: a `keras_transformer.Transformer` with a preprocessor
+            (a native preset or a Marian / Opus-MT model).
         directory: the folder to create; it must not exist, or be empty,
             unless `overwrite`.
         beam_size: beams per sentence of `serving_default` (the paper's 4).
@@ -140,7 +150,8 @@ def _archive(model, beam_size: int, alpha: float, max_extra_length: int):
         # The packer pads to its fixed length; the bucket keeps the graph's
         # work in proportion to the longest sentence of the batch.
         ids, mask = preprocessor.encoder_packer(token_ids, sequence_length=room + 2)
-        # (The maximum of no lengths is the lowest int64, hence the 0.)
+        # (The maximum of no lengths is the lowest int64, hence the 0.) The 2
+        # is `pack_sources`' room for <s> and </s>, for Marian's packing too.
         longest = tf.maximum(tf.reduce_max(token_ids.row_lengths()), 0) + 2
         length = tf.cast(-(-longest // SOURCE_BUCKET) * SOURCE_BUCKET, "int32")
         length = tf.minimum(length, room + 2)
@@ -188,7 +199,9 @@ def _archive(model, beam_size: int, alpha: float, max_extra_length: int):
             tf.TensorSpec([], tf.bool, name="greedy"),
         ],
     )
-    # The SentencePiece model is a TF resource (its proto is saved with it);
-    # tracked after tracing, which may have rebuilt it.
-    archive.track(library_internals.sentence_piece_op(tokenizer))
+    # The SentencePiece models (their protos are saved with them) and Marian's
+    # vocabulary table are TF resources; tracked after tracing, which may
+    # have rebuilt them.
+    for resource in tokenizer.tf_resources():
+        archive.track(resource)
     return archive

@@ -109,21 +109,18 @@ def opus_mt_cache(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_opus_mt_export_example_converts_and_says_what_it_cannot_export(tmp_path, opus_mt_cache):
+def test_opus_mt_export_example_converts_and_exports(tmp_path, opus_mt_cache):
     result = run_example(
         [sys.executable, str(EXAMPLES / "opus_mt_export.py"), "--out", "exported"],
         tmp_path,
         HF_HUB_CACHE=str(opus_mt_cache),
     )
-    lines = dict(line.split(": ", 1) for line in result.stdout.splitlines() if line.startswith(("loaded:", "converted:")))
-    assert lines["loaded"] == lines["converted"] and lines["loaded"].strip(" |")
+    outputs = dict(line.split(": ", 1) for line in result.stdout.splitlines()
+                   if line.startswith(("loaded:", "converted:", "SavedModel:")))
+    assert outputs["loaded"] == outputs["converted"] == outputs["SavedModel"] and outputs["loaded"].strip(" |")
     preset = tmp_path / "exported" / "preset"
     assert (preset / "config.json").exists() and (preset / "README.md").exists()
-    exported = tmp_path / "exported" / "savedmodel" / "1"
-    if exported.exists():  # once export supports Marian's tokenizers
-        assert "SavedModel: " + lines["loaded"] in result.stdout
-    else:
-        assert "does not support Marian's source/target tokenizers yet" in result.stderr
+    assert (tmp_path / "exported" / "savedmodel" / "1" / "saved_model.pb").exists()
 
 
 @pytest.mark.slow

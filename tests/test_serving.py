@@ -13,6 +13,7 @@ import keras
 import pytest
 from conftest import make_model
 
+import keras_transformer as kt
 from keras_transformer.serving import export_saved_model
 
 pytestmark = [
@@ -23,6 +24,16 @@ pytestmark = [
 # The fifth has 15 tokens, more than the tiny model's 14: the graph truncates
 # it, as translate(too_long="truncate") does.
 SOURCES = ["a dog runs .", "two cats play .", "", "a woman walks .", "two two dogs sleep sleep .", "a"]
+# Opus-MT: the fourth has characters neither vocabulary has (<unk>), the fifth
+# a language tag, the last more pieces than the model takes.
+MARIAN_SOURCES = [
+    "A dog runs across the green field.",
+    "Two children are playing in the snow.",
+    "",
+    "The cat sleeps on the warm window sill, 日本語 😀.",
+    ">>deu<< A little girl eats an ice cream.",
+    " ".join(["Some people are waiting for the bus."] * 40),
+]
 
 LOADER = """
 import json, sys
@@ -58,6 +69,19 @@ def load_and_translate(directory, sources) -> dict:
     return json.loads(result.stdout.splitlines()[-1])
 
 
+def assert_translates_as_translate(model, outputs: dict, sources: list[str]) -> None:
+    """The SavedModel's outputs equal `model.translate`'s (one source of
+    `sources` is too long, so each `translate` warns that it truncated)."""
+    for key, options in (
+        ("beam", dict(beam_size=4)),
+        ("greedy", dict(beam_size=None)),
+        ("alpha 1.5", dict(beam_size=4, alpha=1.5)),
+    ):
+        with pytest.warns(UserWarning, match="truncated"):
+            assert outputs[key] == model.translate(sources, too_long="truncate", **options), key
+    assert outputs["empty"] == []
+
+
 @pytest.mark.parametrize("trained", [True, False], ids=["trained", "random"])
 def test_saved_model_translates_as_translate_does(trained, trained_model, tokenizer, tmp_path):
     if trained:
@@ -68,15 +92,32 @@ def test_saved_model_translates_as_translate_does(trained, trained_model, tokeni
         model = make_model(tokenizer)
     directory = export_saved_model(model, tmp_path / "exported")
     outputs = load_and_translate(directory, SOURCES)
-    with pytest.warns(UserWarning, match="truncated"):
-        assert outputs["beam"] == model.translate(SOURCES, beam_size=4, too_long="truncate")
-    with pytest.warns(UserWarning, match="truncated"):
-        assert outputs["greedy"] == model.translate(SOURCES, beam_size=None, too_long="truncate")
-    with pytest.warns(UserWarning, match="truncated"):
-        assert outputs["alpha 1.5"] == model.translate(SOURCES, beam_size=4, alpha=1.5, too_long="truncate")
-    assert outputs["empty"] == []
+    assert_translates_as_translate(model, outputs, SOURCES)
     if trained:
         assert outputs["beam"][:2] == ["ein hund rennt .", "zwei katzen spielen ."]
+
+
+@pytest.fixture(scope="module", params=["base", "big"])
+def marian_model(request, tmp_path_factory):
+    """A small Opus-MT checkpoint (tests/marian_fixtures.py) loaded from its
+    folder: `</s>` and `<unk>` are ids 0 and 1 in "base", mid-vocabulary in "big"."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    from marian_fixtures import write_marian_repo
+
+    folder = write_marian_repo(tmp_path_factory.mktemp("marian") / request.param, request.param)["folder"]
+    return kt.Transformer.from_preset(str(folder))
+
+
+def test_marian_saved_model_translates_as_translate_does(marian_model, tmp_path):
+    tokenizer = marian_model.preprocessor.tokenizer
+    # Not vacuous: the vocabulary lacks pieces of the fourth; the last is cut.
+    assert tokenizer.unk_token_id in list(map(int, tokenizer(MARIAN_SOURCES[3])))
+    assert len(tokenizer(MARIAN_SOURCES[-1])) > marian_model.max_source_tokens
+    directory = export_saved_model(marian_model, tmp_path / "exported")
+    outputs = load_and_translate(directory, MARIAN_SOURCES)
+    assert_translates_as_translate(marian_model, outputs, MARIAN_SOURCES)
+    assert outputs["beam"][2] == "" and all(outputs["beam"][:2])
 
 
 def test_export_refuses_a_folder_with_files_unless_overwrite(tiny_model, tmp_path):

@@ -5,13 +5,16 @@ tokenization, beam search and detokenization all run inside its graph, so
 TensorFlow Serving (or any TensorFlow program with tensorflow_text) serves it
 without this package. Its signatures are `serving_default(inputs)` and
 `translate_with_options(inputs, alpha, greedy)`. A sentence longer than the
-model takes is truncated (the Python `translate` splits it instead).
+model takes is truncated (the Python `translate` splits it instead). Marian
+(Opus-MT) models export too, with their source and target SentencePiece
+models and `vocab.json` in the graph.
 
 The export runs on the TensorFlow backend whatever KERAS_BACKEND says.
 
 Example:
     keras-transformer export multi30k_en_de exported/en_de/1
     keras-transformer export presets/my_ende exported/my_ende/1 --beam-size 5 --overwrite
+    keras-transformer export hf://Helsinki-NLP/opus-mt-en-de exported/opus_mt_en_de/1
 """
 
 import argparse

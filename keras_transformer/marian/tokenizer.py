@@ -140,6 +140,13 @@ class MarianTokenizer(keras_hub.tokenizers.Tokenizer):
                 "and vocabulary."
             )
 
+    def tf_resources(self) -> list:
+        """The TF resources its ops read (both SentencePiece models and the
+        vocabulary's lookup table): a SavedModel that tokenizes in its graph
+        must track them to save them."""
+        self._check_vocabulary()
+        return [self._source_sp, self._target_sp, self._piece_to_id]
+
     # --- Vocabulary -----------------------------------------------------
 
     def get_vocabulary(self) -> list[str]:

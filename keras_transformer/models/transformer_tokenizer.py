@@ -66,6 +66,11 @@ class TransformerTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
         self._restore_sentence_piece()
         return super().detokenize(inputs)
 
+    def tf_resources(self) -> list:
+        """The TF resources its ops read (the SentencePiece model): a
+        SavedModel that tokenizes in its graph must track them to save them."""
+        return [library_internals.sentence_piece_op(self)]
+
     def _restore_sentence_piece(self):
         """Rebuilds SentencePiece's TF resource if TF has dropped it.
 
