@@ -133,6 +133,12 @@ def add_special_token(tokenizer, piece: str, name: str) -> None:
     tokenizer._add_special_token(piece, name)
 
 
+def update_special_token_ids(tokenizer) -> None:
+    """Sets the tokenizer's `<name>_id`s from its new vocabulary (KerasHub's
+    tokenizers call this protected method when theirs is set)."""
+    tokenizer._update_special_token_ids()
+
+
 def sentence_piece_op(tokenizer):
     """The `tf_text.SentencepieceTokenizer` inside a KerasHub tokenizer, or None."""
     return getattr(tokenizer, "_sentence_piece", None)

@@ -56,6 +56,7 @@ def test_optimizer_learning_rate_helper():
 
 def test_tokenizer_internals():
     assert callable(getattr(keras_hub.tokenizers.Tokenizer, "_add_special_token", None))
+    assert callable(getattr(keras_hub.tokenizers.Tokenizer, "_update_special_token_ids", None))
     import sentencepiece
     import io
 

@@ -22,7 +22,12 @@ import keras_hub
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_transformer.library_internals import convert_to_ragged_batch, preprocessing_function
+from keras_transformer.library_internals import (
+    add_special_token,
+    convert_to_ragged_batch,
+    preprocessing_function,
+    update_special_token_ids,
+)
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 
 SOURCE_SPM, TARGET_SPM, VOCABULARY_JSON = "source.spm", "target.spm", "vocab.json"
@@ -85,10 +90,10 @@ class MarianTokenizer(keras_hub.tokenizers.Tokenizer):
     ):
         super().__init__(**kwargs)
         self.file_assets = [SOURCE_SPM, TARGET_SPM, VOCABULARY_JSON]
-        self._add_special_token(start_token, "start_token")
-        self._add_special_token(end_token, "end_token")
-        self._add_special_token(pad_token, "pad_token")
-        self._add_special_token(unk_token, "unk_token")
+        add_special_token(self, start_token, "start_token")
+        add_special_token(self, end_token, "end_token")
+        add_special_token(self, pad_token, "pad_token")
+        add_special_token(self, unk_token, "unk_token")
         self.set_vocabulary(source_proto, target_proto, vocabulary)
 
     def set_vocabulary(self, source_proto, target_proto, vocabulary) -> None:
@@ -106,7 +111,7 @@ class MarianTokenizer(keras_hub.tokenizers.Tokenizer):
         self._pieces = [None] * size
         for piece, index in vocabulary.items():
             self._pieces[index] = piece
-        self._update_special_token_ids()
+        update_special_token_ids(self)
         self._build_tf_resources()
 
     def _build_tf_resources(self) -> None:
