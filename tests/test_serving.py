@@ -97,7 +97,8 @@ def test_saved_model_translates_as_translate_does(trained, trained_model, tokeni
         assert outputs["beam"][:2] == ["ein hund rennt .", "zwei katzen spielen ."]
 
 
-@pytest.fixture(scope="module", params=["base", "big"])
+# "big" (special ids mid-vocabulary) is slow here (about 3 minutes): an integration test.
+@pytest.fixture(scope="module", params=["base", pytest.param("big", marks=pytest.mark.slow)])
 def marian_model(request, tmp_path_factory):
     """A small Opus-MT checkpoint (tests/marian_fixtures.py) loaded from its
     folder: `</s>` and `<unk>` are ids 0 and 1 in "base", mid-vocabulary in "big"."""
