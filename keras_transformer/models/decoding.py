@@ -125,12 +125,12 @@ def search_step(
     )
     if beam_size is None:
         found = search.greedy_search(step, first_log_probs, self_cache, max_lengths, buffer_length, **options)
-        tokens, complete = found if with_completion else (found, None)
     else:
-        tokens, _, *complete = search.beam_search(
+        found = search.beam_search(
             step, first_log_probs, self_cache, max_lengths, buffer_length, beam_size, alpha, **options
         )
-        complete = complete[0] if with_completion else None
+        found = (found[0], found[2]) if with_completion else found[0]  # without the scores
+    tokens, complete = found if with_completion else (found, None)
     # Position 0 is the start token, which is the padding id in Marian.
     first = ops.arange(ops.shape(tokens)[1])[None, :] == 0
     outputs = {"decoder_token_ids": tokens, "decoder_padding_mask": (tokens != pad_token_id) | first}
