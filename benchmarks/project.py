@@ -41,9 +41,9 @@ class FixedLengthBackbone(TransformerBackbone):
     """A `TransformerBackbone` whose decoding steps never prefer the end token."""
 
     def decode_step(self, *args, **kwargs):
-        logits, self_cache, cross_cache = super().decode_step(*args, **kwargs)
+        logits, self_cache = super().decode_step(*args, **kwargs)
         is_end = ops.cast(ops.arange(self.vocabulary_size) == self.end_token_id, logits.dtype)
-        return logits - is_end * END_PENALTY, self_cache, cross_cache
+        return logits - is_end * END_PENALTY, self_cache
 
 
 def set_threads(threads: int) -> None:

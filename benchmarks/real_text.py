@@ -7,12 +7,17 @@ This measures it on real text, in one process per backend:
 
     python -m benchmarks.real_text                       # TensorFlow, both ways
     python -m benchmarks.real_text --backend jax --beam-size 4
+    python -m benchmarks.real_text --precisions float32 mixed_bfloat16 int8
 
 For each way (`short-first`: the library's default; `full-buffer`: every
 batch searched with the full source + 50 buffer, as before) it translates the
 1,000 test sentences twice in batches of 32 and reports the first pass
 (compilation included) and the second (steady state) in sentences/s, the
 BLEU of the translations, and whether both ways translate identically.
+With `--precisions`, it compares precisions instead (the default way, one
+process each): `mixed_bfloat16` loads the preset with that dtype policy,
+`int8` applies Keras' `quantize("int8")` after loading; BLEU and chrF2 are
+reported with their difference from the first precision listed.
 """
 
 from __future__ import annotations
@@ -28,10 +33,11 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("KERAS_TRANSFORMER_DATA", REPO_ROOT.parent / "shared" / "data")) / "multi30k"
 WAYS = ("short-first", "full-buffer")
+PRECISIONS = ("float32", "mixed_bfloat16", "int8")
 
 
-def measure(way: str, preset: str, beam_size: int | None, limit: int | None) -> dict:
-    """One way, in this process."""
+def measure(way: str, preset: str, beam_size: int | None, limit: int | None, precision: str = "float32") -> dict:
+    """One way and precision, in this process."""
     from keras_transformer import Transformer
     from keras_transformer.evaluation import evaluate_translations
     from keras_transformer.files import read_lines
@@ -42,7 +48,9 @@ def measure(way: str, preset: str, beam_size: int | None, limit: int | None) -> 
     target = preset.rsplit("_", 1)[-1]
     sources = list(read_lines(DATA / "raw" / "test_2016_flickr.en.gz"))[:limit]
     references = list(read_lines(DATA / "raw" / f"test_2016_flickr.{target}.gz"))[:limit]
-    model = Transformer.from_preset(preset)
+    model = Transformer.from_preset(preset, dtype="mixed_bfloat16" if precision == "mixed_bfloat16" else None)
+    if precision == "int8":
+        model.quantize("int8")
     times, translations = [], None
     for _ in range(2):
         start = time.perf_counter()
@@ -51,12 +59,25 @@ def measure(way: str, preset: str, beam_size: int | None, limit: int | None) -> 
     score = evaluate_translations(translations, references, target_language=target)
     return {
         "way": way,
+        "precision": precision,
         "sentences": len(sources),
         "first_pass_sentences_per_s": len(sources) / times[0],
         "steady_sentences_per_s": len(sources) / times[1],
         "bleu": score.bleu,
+        "chrf": score.chrf,
         "translations": translations,
     }
+
+
+def run_worker(way: str, precision: str, args: argparse.Namespace) -> dict:
+    command = [sys.executable, "-m", "benchmarks.real_text", "--way", way, "--precision", precision,
+               "--preset", args.preset, "--beam-size", str(args.beam_size)]
+    command += ["--limit", str(args.limit)] if args.limit else []
+    environment = {**os.environ, "KERAS_BACKEND": args.backend}
+    output = subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True)
+    if output.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{output.stderr[-3000:]}")
+    return json.loads(output.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -65,27 +86,27 @@ def main() -> None:
     parser.add_argument("--preset", default="multi30k_en_de")
     parser.add_argument("--beam-size", type=int, default=4, help="0 for greedy")
     parser.add_argument("--limit", type=int, help="only the first N sentences")
-    parser.add_argument("--way", choices=WAYS, help=argparse.SUPPRESS)  # one way, in a worker process
+    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS,
+                        help="compare these precisions (the default way) instead of the two ways")
+    parser.add_argument("--way", choices=WAYS, help=argparse.SUPPRESS)  # one measurement, in a worker process
+    parser.add_argument("--precision", choices=PRECISIONS, default="float32", help=argparse.SUPPRESS)
     args = parser.parse_args()
     beam_size = args.beam_size or None
     if args.way:
-        print(json.dumps(measure(args.way, args.preset, beam_size, args.limit)))
+        print(json.dumps(measure(args.way, args.preset, beam_size, args.limit, args.precision)))
         return
-    results = []
-    for way in WAYS:
-        command = [sys.executable, "-m", "benchmarks.real_text", "--way", way, "--preset", args.preset,
-                   "--beam-size", str(args.beam_size)] + (["--limit", str(args.limit)] if args.limit else [])
-        environment = {**os.environ, "KERAS_BACKEND": args.backend}
-        output = subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True, check=True)
-        results.append(json.loads(output.stdout.strip().splitlines()[-1]))
-    same = sum(a == b for a, b in zip(results[0]["translations"], results[1]["translations"]))
+    runs = [("short-first", p) for p in args.precisions] if args.precisions else [(w, "float32") for w in WAYS]
+    results = [run_worker(way, precision, args) for way, precision in runs]
+    reference = results[0]
     search = f"beam {beam_size}" if beam_size else "greedy"
-    print(f"{args.preset}, test_2016_flickr ({results[0]['sentences']} sentences), {args.backend}, {search}, batch 32:")
-    print("| way | first pass (sentences/s) | steady (sentences/s) | BLEU |")
-    print("| --- | --- | --- | --- |")
+    print(f"{args.preset}, test_2016_flickr ({reference['sentences']} sentences), {args.backend}, {search}, batch 32:")
+    print("| way | precision | first pass (sentences/s) | steady (sentences/s) | BLEU | chrF2 | identical to the first row |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
-        print(f"| {r['way']} | {r['first_pass_sentences_per_s']:.1f} | {r['steady_sentences_per_s']:.1f} | {r['bleu']:.2f} |")
-    print(f"identical translations: {same} of {results[0]['sentences']}")
+        same = sum(a == b for a, b in zip(reference["translations"], r["translations"]))
+        print(f"| {r['way']} | {r['precision']} | {r['first_pass_sentences_per_s']:.1f} | {r['steady_sentences_per_s']:.1f} "
+              f"| {r['bleu']:.2f} ({r['bleu'] - reference['bleu']:+.2f}) | {r['chrf']:.2f} ({r['chrf'] - reference['chrf']:+.2f}) "
+              f"| {same} of {r['sentences']} |")
 
 
 if __name__ == "__main__":

@@ -79,17 +79,12 @@ def test_cached_decoding_equals_full_recomputation(normalize_first):
 
     encoder_output = backbone.encode(inputs["encoder_token_ids"], inputs["encoder_padding_mask"])
     target = inputs["decoder_token_ids"]
-    self_cache = backbone.empty_cache(1, target.shape[1])
-    cross_cache = backbone.empty_cache(1, 6)
+    # A buffer longer than the target: positions after `index` must be masked.
+    self_cache = backbone.empty_cache(1, target.shape[1] + 3)
+    cross_cache = backbone.cross_attention_cache(encoder_output)
     for index in range(target.shape[1]):
-        logits, self_cache, cross_cache = backbone.decode_step(
-            target[:, index : index + 1],
-            index,
-            encoder_output,
-            inputs["encoder_padding_mask"],
-            self_cache,
-            cross_cache,
-            fill_cross_attention_cache=index == 0,
+        logits, self_cache = backbone.decode_step(
+            target[:, index : index + 1], index, inputs["encoder_padding_mask"], self_cache, cross_cache
         )
         np.testing.assert_allclose(ops.convert_to_numpy(logits)[:, 0], full_logits[:, index], atol=1e-4)
 

@@ -108,6 +108,20 @@ def test_preset_round_trip(trained_model, tmp_path):
     assert restored.translate(sources) == trained_model.translate(sources)
 
 
+def test_quantize_int8_quantizes_the_backbone_and_recompiles_the_search(trained_model, tmp_path):
+    trained_model.save_to_preset(str(tmp_path / "preset"))
+    model = kt.Transformer.from_preset(str(tmp_path / "preset"))  # a copy: the fixture stays float32
+    sources = [p[0] for p in PAIRS]
+    model.translate(sources)  # compiles a float32 search, which quantize must drop
+    float_logits = logits_of(model)
+    model.quantize("int8")  # keras.Model.quantize would refuse the tokenizer
+    assert any(w.dtype == "int8" for w in model.backbone.weights)
+    assert not model._search_functions.functions
+    int8_logits = logits_of(model)
+    assert 0 < np.abs(int8_logits - float_logits).max() < 0.5
+    assert all(isinstance(t, str) for t in model.translate(sources))
+
+
 def test_preprocessor_never_cuts_silently(tokenizer):
     long_text = " ".join(["a dog runs ."] * 20)
     warn = kt.TransformerPreprocessor(tokenizer, 8, 8)

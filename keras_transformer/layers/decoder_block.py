@@ -2,9 +2,11 @@
 
 import keras
 import keras_hub
+from keras import ops
 
 from keras_transformer import library_internals
 from keras_transformer.layers.attention_dropout import attention_dropout_while_building
+from keras_transformer.layers.cached_attention import attend_cached, cache_keys_values
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -22,11 +24,10 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
     only on the known outputs at positions less than i"); the encoder-decoder
     attention masks padded source positions.
 
-    For incremental decoding the layer takes `self_attention_cache` (keys and
-    values of the positions already decoded, updated in place at
-    `self_attention_cache_update_index`) and `cross_attention_cache` (keys and
-    values of the encoder output, computed once per sentence): each step then
-    costs one new position instead of the whole prefix.
+    For incremental decoding, `decode_step` takes the keys and values of the
+    positions already decoded (updated in place) and those of the encoder
+    output (`cross_attention_cache`, computed once per sentence): each step
+    then costs one new position instead of the whole prefix.
 
     KerasHub's `TransformerDecoder` implements these equations and caches;
     this class fixes the paper's defaults. `normalize_first=True` gives Pre-LN;
@@ -78,6 +79,51 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
     def attention_layers(self) -> list:
         """Self-attention, then cross-attention if built with an encoder."""
         return library_internals.attention_layers(self, library_internals.DECODER_ATTENTION_LAYERS)
+
+    def cross_attention_cache(self, encoder_output) -> tuple:
+        """Keys and values of the encoder output for the cross-attention,
+        each `(batch, source_length, heads, head_dim)`."""
+        return cache_keys_values(self.attention_layers()[1], encoder_output)
+
+    def decode_step(self, x, index, self_attention_cache: tuple, cross_attention_cache: tuple, encoder_padding_mask):
+        """The block on one position `(batch, 1, d_model)`, for inference.
+
+        The same sublayers and weights as `call` (without dropout), but the
+        self-attention reads the keys and values of positions `<= index`
+        from `self_attention_cache` (writing this position's at `index`) and
+        the cross-attention reads `cross_attention_cache`; see
+        `keras_transformer.layers.cached_attention` for why these are not
+        KerasHub's cached attention.
+
+        Returns:
+            `(output (batch, 1, d_model), self_attention_cache)`.
+        """
+        layers = library_internals.block_sublayers(self)
+        keys, values = self_attention_cache
+        # Keys are laid out (batch, heads, length, head_dim); positions after
+        # `index` are not decoded yet.
+        visible = (ops.arange(ops.shape(keys)[2]) <= index)[None, None, None, :]
+
+        def self_attention(h):
+            nonlocal keys, values
+            out, keys, values = attend_cached(layers["self_attention"], h, keys, values, visible, update_index=index)
+            return out
+
+        source_visible = ops.cast(encoder_padding_mask, "bool")[:, None, None, :]
+
+        def cross_attention(h):
+            return attend_cached(layers["cross_attention"], h, *cross_attention_cache, source_visible)[0]
+
+        x = self._residual(x, layers["self_attention_norm"], self_attention)
+        x = self._residual(x, layers["cross_attention_norm"], cross_attention)
+        x = self._residual(x, layers["ffn_norm"], lambda h: layers["ffn_outer"](layers["ffn_inner"](h)))
+        return x, (keys, values)
+
+    def _residual(self, x, norm, sublayer):
+        """Post-LN `LayerNorm(x + Sublayer(x))` (section 5.4), or Pre-LN."""
+        if self.normalize_first:
+            return x + sublayer(norm(x))
+        return norm(x + sublayer(x))
 
     def get_config(self):
         config = super().get_config()

@@ -1,7 +1,7 @@
 """Decoding a batch of token ids as one compiled graph (section 6.1).
 
-`search_step` runs the encoder once, fills the cross-attention caches on the
-first decoder step, and hands a cached one-position `step` to the greedy or
+`search_step` runs the encoder once, computes the cross-attention keys and
+values of its output once, and hands a cached one-position `step` to the greedy or
 beam search of `keras_transformer.models.search`. `compiled_search` compiles
 it per backend: XLA on TensorFlow, `jax.jit` on JAX (stateless, the
 variables passed in), `torch.no_grad` on torch.
@@ -96,27 +96,20 @@ def search_step(
     is_text = ops.cast(source_mask, "bool") & (source_ids != start_token_id) & (source_ids != end_token_id)
     max_lengths = ops.sum(ops.cast(is_text, "int32"), axis=-1) + max_extra_length + 1
 
+    cross_cache = backbone.cross_attention_cache(encoder_output)
     start = ops.full((batch, 1), start_token_id, dtype="int32")
-    logits, self_cache, cross_cache = backbone.decode_step(
-        start,
-        0,
-        encoder_output,
-        source_mask,
-        backbone.empty_cache(batch, buffer_length),
-        backbone.empty_cache(batch, source_length),
-        fill_cross_attention_cache=True,
+    logits, self_cache = backbone.decode_step(
+        start, 0, source_mask, backbone.empty_cache(batch, buffer_length), cross_cache
     )
     first_log_probs = ops.log_softmax(ops.cast(logits[:, 0, :], "float32"))
     if beam_size is not None:
         # Every beam of a sentence reads the same source.
-        encoder_output, source_mask, cross_cache = (
-            ops.repeat(t, beam_size, axis=0) for t in (encoder_output, source_mask, cross_cache)
+        source_mask, cross_cache = keras.tree.map_structure(
+            lambda t: ops.repeat(t, beam_size, axis=0), (source_mask, cross_cache)
         )
 
     def step(token_ids, index, cache):
-        logits, cache, _ = backbone.decode_step(
-            token_ids, index, encoder_output, source_mask, cache, cross_cache
-        )
+        logits, cache = backbone.decode_step(token_ids, index, source_mask, cache, cross_cache)
         return ops.log_softmax(ops.cast(logits[:, 0, :], "float32")), cache
 
     options = dict(

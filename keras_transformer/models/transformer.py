@@ -188,6 +188,20 @@ class Transformer(keras_hub.models.Seq2SeqLM):
             self, preset_dir, max_shard_size, weights_dtype=weights_dtype, model_card=model_card
         )
 
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        """Quantizes the backbone's weights (`keras.Model.quantize`), e.g.
+        `model.quantize("int8")` for int8 inference; searches compiled before
+        are dropped, so the next one uses the quantized layers.
+
+        Only the backbone has weights: `keras.Model.quantize` on the whole
+        task would also visit the preprocessor's tokenizer, which Keras
+        refuses as an unbuilt layer.
+        """
+        self.backbone.quantize(mode, config=config, filters=filters, **kwargs)
+        self._search_functions = SearchFunctions()
+        self.generate_function = None
+        self.train_function = self.test_function = self.predict_function = None
+
     def preprocess_samples(self, x, y=None, sample_weight=None):
         # Token ids (e.g. from `keras_transformer.data`) skip the preprocessor.
         if isinstance(x, dict) and all(key in x for key in TOKEN_ID_KEYS):

@@ -2,7 +2,6 @@
 
 import keras
 import keras_hub
-from keras import ops
 
 from keras_transformer import special_tokens
 from keras_transformer.layers import (
@@ -12,6 +11,7 @@ from keras_transformer.layers import (
     ScaledSharedEmbedding,
     SinusoidalPositionEncoding,
 )
+from keras_transformer.layers.cached_attention import empty_keys_values
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -240,60 +240,47 @@ class TransformerBackbone(keras_hub.models.Backbone):
             x = self.encoder_final_norm(x)
         return x
 
-    def decode_step(
-        self,
-        token_ids,
-        index,
-        encoder_output,
-        encoder_padding_mask,
-        self_attention_cache,
-        cross_attention_cache,
-        fill_cross_attention_cache: bool = False,
-    ):
+    def cross_attention_cache(self, encoder_output) -> tuple:
+        """Each decoder layer's cross-attention keys and values of the encoder
+        output, `(keys, values)` per layer: computed once per sentence
+        (recomputing them at every step would silently cost most of the
+        decoding time)."""
+        return tuple(block.cross_attention_cache(encoder_output) for block in self.decoder_blocks)
+
+    def decode_step(self, token_ids, index, encoder_padding_mask, self_attention_cache, cross_attention_cache):
         """Decodes the tokens at position `index` with cached keys and values.
 
         Args:
             token_ids: `(batch, 1)` int tensor, the tokens at position `index`.
             index: scalar int, their position in the target sequence.
-            encoder_output: `(batch, source_length, hidden_dim)`.
             encoder_padding_mask: `(batch, source_length)`.
-            self_attention_cache: `(batch, num_decoder_layers, 2, max_length,
-                num_heads, head_dim)`: keys and values of earlier positions.
-            cross_attention_cache: `(batch, num_decoder_layers, 2,
-                source_length, num_heads, head_dim)`: keys and values of the
-                encoder output.
-            fill_cross_attention_cache: compute `cross_attention_cache` from
-                `encoder_output` (on the first step only: recomputing it at
-                every step would silently cost most of the decoding time).
+            self_attention_cache: per decoder layer, `(keys, values)` of the
+                positions decoded so far, each `(batch, num_heads, max_length,
+                head_dim)` (`empty_cache` makes it); position `index`'s are
+                written here.
+            cross_attention_cache: `cross_attention_cache(encoder_output)`.
 
         Returns:
-            `(logits, self_attention_cache, cross_attention_cache)`, logits
-            shaped `(batch, 1, vocabulary_size)`.
+            `(logits, self_attention_cache)`, logits `(batch, 1,
+            vocabulary_size)`.
         """
         x = self.embed(token_ids, self.decoder_embedding_dropout, start_index=index)
-        self_caches, cross_caches = [], []
-        for i, block in enumerate(self.decoder_blocks):
-            x, self_cache, cross_cache = block(
-                x,
-                encoder_output,
-                encoder_padding_mask=encoder_padding_mask,
-                self_attention_cache=self_attention_cache[:, i, ...],
-                self_attention_cache_update_index=index,
-                cross_attention_cache=cross_attention_cache[:, i, ...],
-                cross_attention_cache_update_index=0 if fill_cross_attention_cache else None,
-            )
-            self_caches.append(self_cache)
-            cross_caches.append(cross_cache)
+        caches = []
+        for block, self_cache, cross_cache in zip(self.decoder_blocks, self_attention_cache, cross_attention_cache):
+            x, self_cache = block.decode_step(x, index, self_cache, cross_cache, encoder_padding_mask)
+            caches.append(self_cache)
         if self.decoder_final_norm is not None:
             x = self.decoder_final_norm(x)
-        logits = self.logits(x)
-        return logits, ops.stack(self_caches, axis=1), ops.stack(cross_caches, axis=1)
+        return self.logits(x), tuple(caches)
 
-    def empty_cache(self, batch_size, length):
-        """Zeros shaped like `decode_step`'s caches, for `length` positions."""
+    def empty_cache(self, batch_size, length) -> tuple:
+        """Zero self-attention keys and values for `length` positions, shaped
+        as `decode_step` takes them."""
         head_dim = self.hidden_dim // self.num_heads
-        shape = (batch_size, self.num_decoder_layers, 2, length, self.num_heads, head_dim)
-        return ops.zeros(shape, dtype=self.compute_dtype)
+        return tuple(
+            empty_keys_values(batch_size, length, self.num_heads, head_dim, self.compute_dtype)
+            for _ in range(self.num_decoder_layers)
+        )
 
     def get_config(self):
         config = super().get_config()

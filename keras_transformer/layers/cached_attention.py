@@ -1,0 +1,71 @@
+"""Multi-head attention over cached keys and values, one decoding step at a time.
+
+Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (equation 1, section 3.2.1),
+with the layer's own W^Q, W^K, W^V and W^O, where K and V of earlier
+positions come from a cache instead of being recomputed.
+
+KerasHub's `CachedMultiHeadAttention` does this with keys and values stacked
+in one `(batch, 2, length, heads, head_dim)` tensor that it slices apart and
+stacks again at every step, and Keras' attention reads keys laid out
+`(batch, length, heads, head_dim)`. Compiled by XLA, the stack copies every
+layer's whole cache at every step and the layout makes it transpose the keys
+again, so a step's cost grew with the output buffer far faster than the
+attention itself. Here keys and values are separate tensors laid out
+`(batch, heads, length, head_dim)`, each written in place at the step's
+position (`ops.slice_update`), and equation 1 is two batched matrix products.
+Measured on this 2-core CPU (24 greedy steps, the tiny benchmark model,
+batch 32, TensorFlow with XLA): 0.28 s with a 25-token buffer and 0.62 s
+with a 257-token one, against 0.39 s and 3.3 s through KerasHub's layer.
+"""
+
+import math
+
+from keras import ops
+
+from keras_transformer import library_internals
+
+
+def cache_keys_values(attention, sequence) -> tuple:
+    """`(sequence W^K, sequence W^V)`, each `(batch, heads, length, head_dim)`:
+    the cross-attention cache of an encoder output, computed once per sentence."""
+    projections = library_internals.attention_projections(attention)
+    return _heads_first(projections["key"](sequence)), _heads_first(projections["value"](sequence))
+
+
+def _heads_first(x):
+    """`(batch, length, heads, head_dim)` <-> `(batch, heads, length, head_dim)`."""
+    return ops.transpose(x, (0, 2, 1, 3))
+
+
+def empty_keys_values(batch_size: int, length: int, num_heads: int, head_dim: int, dtype) -> tuple:
+    """Zero keys and values for `length` positions."""
+    shape = (batch_size, num_heads, length, head_dim)
+    return ops.zeros(shape, dtype=dtype), ops.zeros(shape, dtype=dtype)
+
+
+def attend_cached(attention, query_input, keys, values, mask, update_index=None):
+    """Multi-head attention of `query_input` `(batch, 1, d_model)` over cached
+    `keys` and `values` `(batch, heads, length, head_dim)`.
+
+    Args:
+        attention: a built Keras `MultiHeadAttention` (its projections).
+        mask: boolean, broadcastable to `(batch, heads, 1, length)`: which
+            cached positions may be attended to.
+        update_index: self-attention: the position of `query_input`, whose key
+            and value are written into the caches first; `None` for
+            cross-attention (the caches are the encoder output's).
+
+    Returns:
+        `(output (batch, 1, d_model), keys, values)`.
+    """
+    projections = library_internals.attention_projections(attention)
+    if update_index is not None:
+        start = (0, 0, update_index, 0)
+        keys = ops.slice_update(keys, start, _heads_first(projections["key"](query_input)))
+        values = ops.slice_update(values, start, _heads_first(projections["value"](query_input)))
+    query = _heads_first(projections["query"](query_input))
+    scores = ops.einsum("bnth,bnsh->bnts", query, keys) / math.sqrt(ops.shape(query)[-1])
+    scores = ops.where(mask, ops.cast(scores, "float32"), -1e9)
+    weights = ops.cast(ops.softmax(scores, axis=-1), values.dtype)
+    mixed = ops.einsum("bnts,bnsh->bnth", weights, values)
+    return projections["output"](_heads_first(mixed)), keys, values
