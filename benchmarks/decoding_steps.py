@@ -1,6 +1,6 @@
 """Per-step decoding cost as outputs grow, and recompilation on new batches.
 
-Two checks of issue 14's "flat decoding cost", one process per backend:
+Three checks of issue 14's "flat decoding cost", one process each:
 
     python -m benchmarks.decoding_steps                   # TensorFlow, tiny and base
     python -m benchmarks.decoding_steps --backend jax --sizes tiny
@@ -14,11 +14,17 @@ Two checks of issue 14's "flat decoding cost", one process per backend:
    earlier position, so a step's cost should grow only with the attention
    over that buffer; the table shows the counted FLOPs per step beside the
    measured time, both relative to the first interval.
-2. **No recompilation for a new batch.** The shipped `multi30k_en_de`
+2. **Buffer length at a fixed number of steps.** The same model decodes
+   exactly 24 tokens with output buffers of 25, 65, 129 and 257 positions
+   (`generate(max_length=...)`), one thread: what a longer buffer alone
+   costs (attention over it, and any copy of the caches).
+3. **No recompilation for a new batch.** The shipped `multi30k_en_de`
    translates test_2016_flickr in batches of 32 with `generate` (beam 4):
    sources are padded to a multiple of 16 tokens, so batches of similar
    length share one compiled search. For each batch: its padded length, its
-   time, and (TensorFlow) whether the search was traced again.
+   time, whether a new search was built (the full source + 50 buffer, the
+   first time a batch does not finish within the short one), and
+   (TensorFlow) whether a search built before was traced again.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NEW_TOKENS = (8, 16, 32, 64, 128)
 SOURCE_LENGTH = 8
+BUFFERS = (25, 65, 129, 257)
+PARTS = ("growth", "buffers", "batches")
+BUFFER_STEPS = 24
 
 
 def step_flops(size_name: str, buffer_length: int, source_length: int, beam_size: int) -> float:
@@ -73,6 +82,36 @@ def measure_growth(size_name: str, workdir: Path, repeats: int, threads: int) ->
     return rows
 
 
+def measure_buffers(size_name: str, workdir: Path, repeats: int) -> list[dict]:
+    import numpy as np
+
+    from benchmarks.checkpoint import build
+    from benchmarks.project import ProjectImplementation
+    from benchmarks.workloads import Decode
+
+    implementation = ProjectImplementation(build(size_name, workdir / size_name), "float32", 1)
+    sources = Decode(size_name, 32, SOURCE_LENGTH, BUFFER_STEPS).sources()
+    inputs = {"encoder_token_ids": sources, "encoder_padding_mask": np.ones_like(sources)}
+    rows = []
+    for beam_size in (1, 4):
+        for buffer in BUFFERS:
+            def decode():
+                # The end token is forced after BUFFER_STEPS tokens (the source has
+                # SOURCE_LENGTH - 1 tokens besides its end token).
+                return implementation.model.generate(
+                    inputs, max_length=buffer, beam_size=None if beam_size == 1 else beam_size,
+                    max_extra_length=BUFFER_STEPS - (SOURCE_LENGTH - 1),
+                )
+            decode()
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                decode()
+                times.append(time.perf_counter() - start)
+            rows.append({"size": size_name, "beam_size": beam_size, "buffer": buffer, "steady_s": statistics.median(times)})
+    return rows
+
+
 def measure_batches(beam_size: int, limit: int | None) -> list[dict]:
     import keras
 
@@ -87,20 +126,29 @@ def measure_batches(beam_size: int, limit: int | None) -> list[dict]:
     for index in range(0, len(sources), 32):
         batch = sources[index:index + 32]
         packed = model.preprocessor.pack_sources(tokenize(model.preprocessor.tokenizer, batch))
-        traces_before = _trace_count(model)
+        traces_before = _trace_counts(model)
         start = time.perf_counter()
         model.generate(batch, beam_size=beam_size)
         seconds = time.perf_counter() - start
-        traced = None if keras.config.backend() != "tensorflow" else _trace_count(model) - traces_before
-        rows.append({"batch": index // 32, "sentences": len(batch), "padded_length": packed["encoder_token_ids"].shape[1],
-                     "seconds": seconds, "new_traces": traced})
+        traces_after = _trace_counts(model)
+        tensorflow = keras.config.backend() == "tensorflow"
+        rows.append({
+            "batch": index // 32, "sentences": len(batch), "padded_length": packed["encoder_token_ids"].shape[1],
+            "seconds": seconds,
+            # Searches built for this batch: the full source + 50 buffer the
+            # first time a batch does not finish within the short one.
+            "new_searches": len(traces_after) - len(traces_before),
+            # Searches built before and traced again (a recompilation).
+            "retraced": sum(traces_after[k] - n for k, n in traces_before.items()) if tensorflow else None,
+        })
     return rows
 
 
-def _trace_count(model) -> int:
-    """TensorFlow: how many times the model's compiled searches were traced."""
-    functions = model._search_functions.functions.values()
-    return sum(f.experimental_get_tracing_count() for f in functions if hasattr(f, "experimental_get_tracing_count"))
+def _trace_counts(model) -> dict:
+    """The model's compiled searches (by configuration) and, on TensorFlow,
+    how many times each was traced."""
+    functions = model._search_functions.functions
+    return {key: getattr(f, "experimental_get_tracing_count", lambda: 0)() for key, f in functions.items()}
 
 
 def growth_table(rows: list[dict]) -> list[str]:
@@ -120,15 +168,25 @@ def growth_table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def buffers_table(rows: list[dict]) -> list[str]:
+    lines = ["| size | search | " + " | ".join(f"buffer {b}" for b in BUFFERS) + " |",
+             "| --- | --- | " + " | ".join("---" for _ in BUFFERS) + " |"]
+    for (size, beam), group in _groups(rows, ("size", "beam_size")).items():
+        cells = [f"{r['steady_s']:.3f}" for r in sorted(group, key=lambda r: r["buffer"])]
+        lines.append(f"| {size} | {'greedy' if beam == 1 else f'beam {beam}'} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def batches_table(rows: list[dict]) -> list[str]:
-    lines = ["| padded source length | batches | first batch s | other batches: median s (max) | new traces after the first batch |",
-             "| --- | --- | --- | --- | --- |"]
+    lines = ["| padded source length | batches | first batch s | other batches: median s (max) "
+             "| new searches after the first batch | searches traced again |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for (length,), group in sorted(_groups(rows, ("padded_length",)).items()):
         later = [r["seconds"] for r in group[1:]]
-        traces = [r["new_traces"] for r in group[1:] if r["new_traces"] is not None]
+        retraced = [r["retraced"] for r in group if r["retraced"] is not None]
         later_text = f"{statistics.median(later):.2f} ({max(later):.2f})" if later else "-"
         lines.append(f"| {length} | {len(group)} | {group[0]['seconds']:.2f} | {later_text} | "
-                     f"{sum(traces) if traces else '-'} |")
+                     f"{sum(r['new_searches'] for r in group[1:])} | {sum(retraced) if retraced else '-'} |")
     return lines
 
 
@@ -147,18 +205,21 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--limit", type=int, help="only the first N test sentences")
     parser.add_argument("--workdir", type=Path, default=REPO_ROOT / "build" / "benchmarks")
-    parser.add_argument("--part", choices=("growth", "batches"), help=argparse.SUPPRESS)  # in a worker process
+    parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)  # in a worker process
     args = parser.parse_args()
     if args.part == "growth":
         rows = [row for size in args.sizes for row in measure_growth(size, args.workdir, args.repeats, args.threads)]
         print(json.dumps(rows))
+        return
+    if args.part == "buffers":
+        print(json.dumps(measure_buffers(args.sizes[0], args.workdir, args.repeats)))
         return
     if args.part == "batches":
         print(json.dumps(measure_batches(4, args.limit)))
         return
     environment = {**os.environ, "KERAS_BACKEND": args.backend}
     results = {}
-    for part in ("growth", "batches"):
+    for part in PARTS:
         command = [sys.executable, "-m", "benchmarks.decoding_steps", "--part", part, "--sizes", *args.sizes,
                    "--repeats", str(args.repeats), "--threads", str(args.threads), "--workdir", str(args.workdir)]
         command += ["--limit", str(args.limit)] if args.limit else []
@@ -169,6 +230,9 @@ def main() -> None:
     print(f"Per-step cost, {args.backend}, float32, batch 32, {SOURCE_LENGTH} source tokens "
           f"(median of {args.repeats} steady calls):")
     print("\n".join(growth_table(results["growth"])))
+    print(f"\nSeconds for exactly {BUFFER_STEPS} tokens, {args.backend}, float32, batch 32, one thread, "
+          f"{args.sizes[0]} size (median of {args.repeats}):")
+    print("\n".join(buffers_table(results["buffers"])))
     print(f"\nmulti30k_en_de on test_2016_flickr, {args.backend}, beam 4, batches of 32, in file order:")
     print("\n".join(batches_table(results["batches"])))
 

@@ -16,7 +16,8 @@ batch searched with the full source + 50 buffer, as before) it translates the
 BLEU of the translations, and whether both ways translate identically.
 With `--precisions`, it compares precisions instead (the default way, one
 process each): `mixed_bfloat16` loads the preset with that dtype policy,
-`int8` applies Keras' `quantize("int8")` after loading; BLEU and chrF2 are
+`int8` applies Keras' `quantize("int8")` after loading (as `translate
+--precision` does); BLEU and chrF2 are
 reported with their difference from the first precision listed.
 """
 
@@ -38,7 +39,7 @@ PRECISIONS = ("float32", "mixed_bfloat16", "int8")
 
 def measure(way: str, preset: str, beam_size: int | None, limit: int | None, precision: str = "float32") -> dict:
     """One way and precision, in this process."""
-    from keras_transformer import Transformer
+    from keras_transformer.commands.translate import load_model
     from keras_transformer.evaluation import evaluate_translations
     from keras_transformer.files import read_lines
     from keras_transformer.models import transformer
@@ -48,9 +49,7 @@ def measure(way: str, preset: str, beam_size: int | None, limit: int | None, pre
     target = preset.rsplit("_", 1)[-1]
     sources = list(read_lines(DATA / "raw" / "test_2016_flickr.en.gz"))[:limit]
     references = list(read_lines(DATA / "raw" / f"test_2016_flickr.{target}.gz"))[:limit]
-    model = Transformer.from_preset(preset, dtype="mixed_bfloat16" if precision == "mixed_bfloat16" else None)
-    if precision == "int8":
-        model.quantize("int8")
+    model = load_model(preset, "bfloat16" if precision == "mixed_bfloat16" else precision)
     times, translations = [], None
     for _ in range(2):
         start = time.perf_counter()

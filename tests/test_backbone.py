@@ -89,6 +89,21 @@ def test_cached_decoding_equals_full_recomputation(normalize_first):
         np.testing.assert_allclose(ops.convert_to_numpy(logits)[:, 0], full_logits[:, index], atol=1e-4)
 
 
+def test_beam_reorder_moves_the_decoded_positions_of_every_cache_tensor():
+    from keras_transformer.layers.cached_attention import REORDER_BLOCK, empty_keys_values, reorder_rows
+
+    keys, values = empty_keys_values(3, 2 * REORDER_BLOCK + 5, 2, 4, "float32")
+    assert ops.shape(keys)[2] == 3 * REORDER_BLOCK  # whole blocks
+    rng = np.random.default_rng(0)
+    keys, values = (rng.random(ops.shape(keys)).astype("float32") for _ in range(2))
+    rows = np.array([2, 0, 0])
+    length = REORDER_BLOCK + 3  # positions decoded so far: two blocks to reorder
+    new_keys, new_values = (ops.convert_to_numpy(t) for t in reorder_rows((keys, values), rows, length))
+    for new, old in ((new_keys, keys), (new_values, values)):
+        np.testing.assert_array_equal(new[:, :, :length], old[rows][:, :, :length])
+        np.testing.assert_array_equal(new[:, :, 2 * REORDER_BLOCK :], old[:, :, 2 * REORDER_BLOCK :])  # untouched
+
+
 def test_hidden_dim_must_divide_into_heads():
     with pytest.raises(ValueError, match="divisible by num_heads"):
         tiny_backbone(hidden_dim=10, num_heads=4)

@@ -181,6 +181,24 @@ def test_compiled_and_eager_translations_agree(preset):
     assert compiled.stdout == eager.stdout and len(eager.stdout.splitlines()) == 2
 
 
+@pytest.mark.parametrize("precision", ["bfloat16", "int8"])
+def test_translate_precision_loads_the_preset_in_that_precision(preset, precision):
+    from keras_transformer.commands.translate import load_model
+
+    model = load_model(str(preset), precision)
+    if precision == "bfloat16":
+        assert model.backbone.compute_dtype == "bfloat16" and model.backbone.variable_dtype == "float32"
+    else:
+        assert any(w.dtype == "int8" for w in model.backbone.weights)
+    assert len(model.translate(["a dog runs .", "two cats ."], beam_size=2)) == 2
+
+
+def test_translate_with_int8_weights_from_the_command_line(preset):
+    result = run_cli("translate", "--preset", preset, "--precision", "int8", "a dog runs .")
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 1
+
+
 def test_translate_options_that_exclude_each_other(preset, tmp_path):
     result = run_cli("translate", "--preset", preset, "--greedy", "--beam-size", "2", "a dog .")
     assert result.returncode == 2 and "not allowed with" in result.stderr

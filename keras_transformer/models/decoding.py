@@ -120,7 +120,8 @@ def search_step(
         found = search.greedy_search(step, first_log_probs, self_cache, max_lengths, buffer_length, **options)
     else:
         found = search.beam_search(
-            step, first_log_probs, self_cache, max_lengths, buffer_length, beam_size, alpha, **options
+            step, first_log_probs, self_cache, max_lengths, buffer_length, beam_size, alpha,
+            reorder_cache=backbone.reorder_cache, **options,
         )
         found = (found[0], found[2]) if with_completion else found[0]  # without the scores
     tokens, complete = found if with_completion else (found, None)

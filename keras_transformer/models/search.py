@@ -7,7 +7,8 @@ to a single graph (XLA on TensorFlow, `jax.jit` on JAX) with bounded shapes.
 
 Both functions take a `step_fn(token_ids, index, cache) -> (log_probs, cache)`
 that scores the next token of every row given the token at `index` (shape
-`(rows, 1)`) and a cache of keys/values that it updates.
+`(rows, 1)`) and a cache of keys/values that it updates; beam search also
+takes how to reorder that cache's rows.
 """
 
 from collections.abc import Callable
@@ -43,6 +44,10 @@ def _limit_lengths(max_lengths, buffer_length: int, with_completion: bool):
     unless the caller checks completion and searches again if needed."""
     max_lengths = ops.cast(max_lengths, "int32")
     return max_lengths if with_completion else ops.minimum(max_lengths, buffer_length - 1)
+
+
+def _reorder_whole(cache, rows, length):
+    return keras.tree.map_structure(lambda c: ops.take(c, rows, axis=0), cache)
 
 
 def _gather_rows(x, indices):
@@ -124,6 +129,7 @@ def beam_search(
     pad_token_id: int,
     *,
     with_completion: bool = False,
+    reorder_cache: Callable | None = None,
 ):
     """Beam search as in section 6.1: keeps `beam_size` live hypotheses and a
     pool of the `beam_size` best finished ones, scored by log P(Y) / lp(Y),
@@ -146,7 +152,11 @@ def beam_search(
             `complete` `(batch,)`: which sentences the search finished within
             the buffer. Their results are those of a buffer of
             `max(max_lengths) + 1`; the others need a longer buffer. (A
-            shorter buffer is faster: every step reads and reorders it whole.)
+            shorter buffer is faster: every step reads all of it.)
+        reorder_cache: `(cache, rows, length) -> cache` with the rows of
+            `cache` in the order `rows`; only the first `length` positions
+            need to be right (the positions decoded so far). By default,
+            every tensor of the cache is reordered whole.
 
     Returns:
         `(tokens, scores)`: the best finished hypothesis of each sentence,
@@ -156,6 +166,8 @@ def beam_search(
     """
     batch, vocab = ops.shape(first_log_probs)[0], ops.shape(first_log_probs)[1]
     k = beam_size
+    if reorder_cache is None:
+        reorder_cache = _reorder_whole
     max_lengths = _limit_lengths(max_lengths, buffer_length, with_completion)
     positions = ops.arange(buffer_length)[None, None, :]
 
@@ -222,7 +234,7 @@ def beam_search(
         )
         # Reorder the self-attention cache to follow the surviving beams.
         flat_origin = ops.reshape(origin + ops.arange(batch)[:, None] * k, (-1,))
-        cache = keras.tree.map_structure(lambda c: ops.take(c, flat_origin, axis=0), cache)
+        cache = reorder_cache(cache, flat_origin, index + 1)
         return index + 1, alive_tokens, alive_scores, finished_tokens, finished_scores, cache
 
     _, _, alive_scores, finished_tokens, finished_scores, _ = ops.while_loop(

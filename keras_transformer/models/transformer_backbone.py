@@ -11,7 +11,7 @@ from keras_transformer.layers import (
     ScaledSharedEmbedding,
     SinusoidalPositionEncoding,
 )
-from keras_transformer.layers.cached_attention import empty_keys_values
+from keras_transformer.layers.cached_attention import empty_keys_values, reorder_rows
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -272,6 +272,11 @@ class TransformerBackbone(keras_hub.models.Backbone):
         if self.decoder_final_norm is not None:
             x = self.decoder_final_norm(x)
         return self.logits(x), tuple(caches)
+
+    def reorder_cache(self, cache: tuple, rows, length) -> tuple:
+        """`cache` (as `decode_step` takes it) with its rows in the order of
+        `rows`, for the first `length` positions (beam search)."""
+        return tuple(reorder_rows(layer_cache, rows, length) for layer_cache in cache)
 
     def empty_cache(self, batch_size, length) -> tuple:
         """Zero self-attention keys and values for `length` positions, shaped
