@@ -183,7 +183,8 @@ def batches_table(rows: list[dict]) -> list[str]:
              "| --- | --- | --- | --- | --- | --- |"]
     for (length,), group in sorted(_groups(rows, ("padded_length",)).items()):
         later = [r["seconds"] for r in group[1:]]
-        retraced = [r["retraced"] for r in group if r["retraced"] is not None]
+        # A bucket's first batch traces the searches for its shape.
+        retraced = [r["retraced"] for r in group[1:] if r["retraced"] is not None]
         later_text = f"{statistics.median(later):.2f} ({max(later):.2f})" if later else "-"
         lines.append(f"| {length} | {len(group)} | {group[0]['seconds']:.2f} | {later_text} | "
                      f"{sum(r['new_searches'] for r in group[1:])} | {sum(retraced) if retraced else '-'} |")

@@ -118,7 +118,8 @@ def test_quantize_int8_quantizes_the_backbone_and_recompiles_the_search(trained_
     assert any(w.dtype == "int8" for w in model.backbone.weights)
     assert not model._search_functions.functions
     int8_logits = logits_of(model)
-    assert 0 < np.abs(int8_logits - float_logits).max() < 0.5
+    # Changed by the quantization, but by a few percent of the logits' range.
+    assert 0 < np.abs(int8_logits - float_logits).max() < 0.1 * np.abs(float_logits).max()
     assert all(isinstance(t, str) for t in model.translate(sources))
 
 
