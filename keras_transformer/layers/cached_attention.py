@@ -59,8 +59,11 @@ def reorder_rows(tensors: tuple, rows, length) -> tuple:
     buffer instead of with the positions decoded. Block by block, each
     block is gathered and written back in place.
     """
-    rows_count, heads, buffer, head_dim = ops.shape(tensors[0])
-    if buffer % REORDER_BLOCK:  # not made by `empty_keys_values`
+    shape = ops.shape(tensors[0])
+    rows_count, heads, buffer, head_dim = shape
+    # Blocks need a static shape made by `empty_keys_values` (an exported
+    # SavedModel's batch and buffer are dynamic): else reorder it whole.
+    if not all(isinstance(d, int) for d in shape) or buffer % REORDER_BLOCK:
         return tuple(ops.take(t, rows, axis=0) for t in tensors)
     block_shape = (rows_count, heads, REORDER_BLOCK, head_dim)
 
