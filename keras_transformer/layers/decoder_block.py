@@ -31,8 +31,8 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
 
     KerasHub's `TransformerDecoder` implements these equations; this class
     fixes the paper's defaults and adds `decode_step`, the same sublayers on
-    one position with this package's cached attention. `normalize_first=True` gives Pre-LN;
-    `attention_dropout` (no dropout on attention weights in section 5.4) is 0
+    one position with this package's cached attention.
+    `normalize_first=True` gives Pre-LN; `attention_dropout` (no dropout on attention weights in section 5.4) is 0
     unless asked for; `activation` is the FFN's (ReLU in the paper).
 
     Example:
@@ -83,7 +83,7 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
 
     def cross_attention_cache(self, encoder_output) -> tuple:
         """Keys and values of the encoder output for the cross-attention,
-        each `(batch, source_length, heads, head_dim)`."""
+        each `(batch, heads, source_length, head_dim)`."""
         return cache_keys_values(self.attention_layers()[1], encoder_output)
 
     def decode_step(self, x, index, self_attention_cache: tuple, cross_attention_cache: tuple, encoder_padding_mask):
