@@ -32,8 +32,9 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
     KerasHub's `TransformerDecoder` implements these equations; this class
     fixes the paper's defaults and adds `decode_step`, the same sublayers on
     one position with this package's cached attention.
-    `normalize_first=True` gives Pre-LN; `attention_dropout` (no dropout on attention weights in section 5.4) is 0
-    unless asked for; `activation` is the FFN's (ReLU in the paper).
+    `normalize_first=True` gives Pre-LN; `attention_dropout` (no dropout on
+    attention weights in section 5.4) is 0 unless asked for; `activation` is
+    the FFN's (ReLU in the paper).
 
     Example:
     >>> import numpy as np
