@@ -85,7 +85,7 @@ def search_step(
     """
     source_ids = inputs["encoder_token_ids"]
     source_mask = inputs["encoder_padding_mask"]
-    batch, source_length = ops.shape(source_ids)[0], ops.shape(source_ids)[1]
+    batch = ops.shape(source_ids)[0]
     buffer_length = ops.shape(inputs["decoder_token_ids"])[1]
     start_token_id, end_token_id = backbone.start_token_id, backbone.end_token_id
     pad_token_id = backbone.pad_token_id
