@@ -7,6 +7,8 @@ upgrade that moves one fails there, loudly, instead of somewhere deep in a
 training run.
 """
 
+from collections.abc import Callable
+
 import keras
 
 # KerasHub's preset file names and preset machinery: no public module of
@@ -45,8 +47,10 @@ DECODER_ATTENTION_LAYERS = ("_self_attention_layer", "_cross_attention_layer")
 DECODER_ATTENTION_NORMS = ("_self_attention_layer_norm", "_cross_attention_layer_norm")
 
 
-def replace_residual_dropouts(block: keras.layers.Layer, names: tuple[str, ...], rate: float) -> None:
-    """Gives a block being built new residual `Dropout` layers of `rate`.
+def replace_residual_dropouts(
+    block: keras.layers.Layer, names: tuple[str, ...], make_dropout: Callable[..., keras.layers.Layer]
+) -> None:
+    """Gives a block being built new residual dropout layers, `make_dropout(dtype=, name=)`.
 
     KerasHub hands its blocks' one `dropout` to the attention layers and the
     residual dropouts alike, at construction, and Keras refuses flash
@@ -59,7 +63,7 @@ def replace_residual_dropouts(block: keras.layers.Layer, names: tuple[str, ...],
     for name in names:
         old = getattr(block, name)
         block._layers.remove(old)
-        setattr(block, name, keras.layers.Dropout(rate, dtype=block.dtype_policy, name=old.name))
+        setattr(block, name, make_dropout(dtype=block.dtype_policy, name=old.name))
 
 
 def attention_layers(block: keras.layers.Layer, names: tuple[str, ...]) -> list:

@@ -90,3 +90,12 @@ def trained_model(tokenizer) -> kt.Transformer:
     y, w = (np.tile(ops.convert_to_numpy(t), (repeats, 1)) for t in (y, w))
     model.fit(x, y, sample_weight=w, batch_size=len(PAIRS), epochs=1, shuffle=False, verbose=0)
     return model
+
+
+def random_algorithms(concrete_function) -> set[int]:
+    """The `alg` inputs of the uniform random ops in a traced TensorFlow
+    graph (1 = Philox, 2 = Threefry, 3 = the device's default: Philox on CPU)."""
+    import tensorflow as tf
+
+    ops_found = concrete_function.graph.get_operations()
+    return {int(tf.get_static_value(op.inputs[3])) for op in ops_found if op.type == "StatelessRandomUniformV2"}

@@ -5,7 +5,7 @@ import pytest
 from keras import ops
 
 import keras_transformer as kt
-from conftest import PAIRS, make_model
+from conftest import PAIRS, TINY_CONFIG, make_model, random_algorithms
 
 
 def test_compile_defaults_are_the_paper_recipe(tiny_model):
@@ -57,6 +57,22 @@ def test_masked_accuracy_ignores_padding():
     assert float(metric.result()) == pytest.approx(0.5)
 
 
+def test_masked_accuracy_equals_keras_argmax_accuracy_on_real_tokens():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(1, 50, size=(4, 30))
+    labels[:, 20:] = 0  # padding
+    logits = rng.normal(size=(4, 30, 50)).astype("float32")
+    logits[:, :10] += 10 * np.eye(50)[labels[:, :10]]  # a third of the real tokens right
+    reference = keras.metrics.SparseCategoricalAccuracy()
+    reference.update_state(labels, logits, sample_weight=(labels != 0).astype("float32"))
+    metric = kt.MaskedAccuracy()
+    metric.update_state(labels, logits)
+    assert float(metric.result()) == pytest.approx(float(reference.result()), abs=1e-7)
+    assert 0.4 < float(metric.result()) < 0.7
+    restored = kt.MaskedAccuracy.from_config(kt.MaskedAccuracy(pad_token_id=3, name="acc").get_config())
+    assert (restored.pad_token_id, restored.name) == (3, "acc")
+
+
 def test_tiny_model_memorises_pairs_and_reproduces_them(trained_model):
     sources = [p[0] for p in PAIRS]
     targets = [p[1] for p in PAIRS]
@@ -83,6 +99,26 @@ def test_fit_on_token_ids_without_preprocessor(tokenizer):
     out = bare.generate({"encoder_token_ids": x["encoder_token_ids"], "encoder_padding_mask": x["encoder_padding_mask"]}, beam_size=2)
     assert out["decoder_token_ids"].shape[0] == len(PAIRS)
     assert (out["decoder_token_ids"][:, 0] == tokenizer.start_token_id).all()
+
+
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="Threefry masks are for TensorFlow + XLA")
+@pytest.mark.parametrize("jit_compile", [True, False])
+def test_every_dropout_of_a_compiled_training_step_draws_threefry_masks(tokenizer, jit_compile):
+    import tensorflow as tf
+
+    model = make_model(tokenizer, dropout=0.1)
+    model.compile(jit_compile=jit_compile)
+    x, y, w = model.preprocessor({"encoder_text": [p[0] for p in PAIRS], "decoder_text": [p[1] for p in PAIRS]})
+    x, y, w = keras.tree.map_structure(ops.convert_to_numpy, (x, y, w))
+    # What Keras traces into its training function (XLA-compiled when jit_compile).
+    step = tf.function(lambda x, y, w: model.train_step((x, y, w)), jit_compile=jit_compile)
+    algorithms = random_algorithms(step.get_concrete_function(x, y, w))
+    # Two embedding dropouts, two residual dropouts per encoder block, three per decoder block.
+    expected_count = 2 + 2 * TINY_CONFIG["num_encoder_layers"] + 3 * TINY_CONFIG["num_decoder_layers"]
+    ops_found = [op for op in step.get_concrete_function(x, y, w).graph.get_operations() if op.type == "StatelessRandomUniformV2"]
+    assert len(ops_found) == expected_count
+    assert algorithms == ({2} if jit_compile else {3})  # Threefry only where XLA compiles the step
+    assert np.isfinite(float(model.fit(x, y, sample_weight=w, epochs=1, verbose=0).history["loss"][0]))
 
 
 def logits_of(model, pairs=PAIRS):
@@ -162,6 +198,18 @@ def test_decoding_compiles_once_per_length_bucket(trained_model):
     trained_model.translate(["two cats play ."], beam_size=2)
     trained_model.translate(["a man walks . a dog"], beam_size=2)
     assert function.experimental_get_tracing_count() == traces
+
+
+def test_a_partial_last_batch_reuses_the_search_of_the_full_batches(trained_model):
+    sources = [p[0] for p in PAIRS]  # 6 sentences of one length bucket
+    in_batches = trained_model.translate(sources, beam_size=2, batch_size=4)  # batches of 4 and 2
+    if keras.config.backend() == "tensorflow":
+        function = trained_model._search_functions.functions[(2, 0.6, 50, True)]
+        traces = function.experimental_get_tracing_count()
+        # Batches of 4 and 1: no new batch size, so no new graph.
+        assert trained_model.translate(sources[:5], beam_size=2, batch_size=4) == in_batches[:5]
+        assert function.experimental_get_tracing_count() == traces
+    assert in_batches == [trained_model.translate(s, beam_size=2) for s in sources]
 
 
 def test_keras_hub_decoding_api_follows_compile_sampler(trained_model):

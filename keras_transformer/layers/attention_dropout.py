@@ -5,6 +5,7 @@ import contextlib
 import keras
 
 from keras_transformer import library_internals
+from keras_transformer.layers.threefry_dropout import ThreefryDropout
 
 
 @contextlib.contextmanager
@@ -20,7 +21,7 @@ def attention_dropout_while_building(block: keras.layers.Layer, residual_dropout
     it, so the block builds with `dropout` set to the attention dropout (the
     attention layers are then made with the rate they use, which also lets
     Keras' flash attention be switched on), and its residual dropouts are
-    made again with P_drop afterwards.
+    made again with P_drop afterwards (as `ThreefryDropout`s).
     """
     residual_rate = block.dropout
     block.dropout = block.attention_dropout
@@ -28,4 +29,6 @@ def attention_dropout_while_building(block: keras.layers.Layer, residual_dropout
         yield
     finally:
         block.dropout = residual_rate
-    library_internals.replace_residual_dropouts(block, residual_dropouts, residual_rate)
+    library_internals.replace_residual_dropouts(
+        block, residual_dropouts, lambda **kwargs: ThreefryDropout(residual_rate, **kwargs)
+    )

@@ -12,6 +12,7 @@ from keras_transformer.layers import (
     SinusoidalPositionEncoding,
 )
 from keras_transformer.layers.cached_attention import empty_keys_values, reorder_rows
+from keras_transformer.layers.threefry_dropout import ThreefryDropout
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -125,12 +126,8 @@ class TransformerBackbone(keras_hub.models.Backbone):
         self.position_encoding = SinusoidalPositionEncoding(
             layout=position_encoding_layout, dtype=dtype, name="position_encoding"
         )
-        self.encoder_embedding_dropout = keras.layers.Dropout(
-            dropout, dtype=dtype, name="encoder_embedding_dropout"
-        )
-        self.decoder_embedding_dropout = keras.layers.Dropout(
-            dropout, dtype=dtype, name="decoder_embedding_dropout"
-        )
+        self.encoder_embedding_dropout = ThreefryDropout(dropout, dtype=dtype, name="encoder_embedding_dropout")
+        self.decoder_embedding_dropout = ThreefryDropout(dropout, dtype=dtype, name="decoder_embedding_dropout")
         block_kwargs = dict(
             intermediate_dim=intermediate_dim,
             num_heads=num_heads,

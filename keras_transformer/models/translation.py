@@ -3,7 +3,8 @@
 `translate_texts` is what `Transformer.translate` runs: it checks every
 input, cuts texts longer than the model takes (by sentences, then at word
 starts) or truncates or refuses them as asked, sorts the pieces by length,
-decodes them `batch_size` at a time with the model's `generate`, and puts
+decodes them `batch_size` at a time with the model's `generate` (every
+batch of a call the same size, so that they share compiled searches), and puts
 the translations back together in the order given.
 """
 
@@ -56,8 +57,14 @@ def translate_texts(
     outputs = [""] * len(segments)
     for start in range(0, len(segments), batch_size):
         batch = order[start : start + batch_size]
+        sources = [segments[s][1] for s in batch]
+        if start > 0:
+            # The last batch, when partial, is filled up with copies of its
+            # longest source: a batch size of its own would compile a new
+            # search (seconds), which costs more than decoding the copies.
+            sources += sources[-1:] * (batch_size - len(sources))
         translations = model.generate(
-            model.preprocessor.pack_sources([segments[s][1] for s in batch]),
+            model.preprocessor.pack_sources(sources),
             beam_size=beam_size,
             alpha=alpha,
             max_extra_length=max_extra_length,

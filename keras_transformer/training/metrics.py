@@ -4,12 +4,28 @@ import keras
 from keras import ops
 
 
+def label_scores_highest(y_true, y_pred):
+    """1.0 where the label's score is the highest of its row, else 0.0.
+
+    This is `argmax(y_pred) == y_true` except that a tie for the highest score
+    counts as right. Keras' accuracy takes the argmax, which XLA computes on
+    a CPU with a slow index-tracking reduction: measured here, 26 ms for
+    4,096 tokens over 8,000 words against 3 ms for this max and one gather,
+    about 3% of a tiny-model training step.
+    """
+    y_true = ops.cast(y_true, "int32")
+    label_score = ops.squeeze(ops.take_along_axis(y_pred, y_true[..., None], axis=-1), -1)
+    return ops.cast(label_score >= ops.max(y_pred, axis=-1), "float32")
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class MaskedAccuracy(keras.metrics.SparseCategoricalAccuracy):
+class MaskedAccuracy(keras.metrics.MeanMetricWrapper):
     """The share of real (non-padding) target tokens predicted right.
 
-    Like `keras.metrics.SparseCategoricalAccuracy`, but labels equal to
-    `pad_token_id` get weight 0 even when no `sample_weight` is passed.
+    Like `keras.metrics.SparseCategoricalAccuracy` (labels `(batch, length)`,
+    scores `(batch, length, vocabulary)`), but labels equal to
+    `pad_token_id` get weight 0 even when no `sample_weight` is passed, and
+    "predicted right" is `label_scores_highest`.
 
     Example:
     >>> import numpy as np
@@ -19,8 +35,8 @@ class MaskedAccuracy(keras.metrics.SparseCategoricalAccuracy):
     0.5
     """
 
-    def __init__(self, pad_token_id: int = 0, name: str = "accuracy", **kwargs):
-        super().__init__(name=name, **kwargs)
+    def __init__(self, pad_token_id: int = 0, name: str = "accuracy", dtype=None):
+        super().__init__(fn=label_scores_highest, name=name, dtype=dtype)
         self.pad_token_id = pad_token_id
 
     def update_state(self, y_true, y_pred, sample_weight=None):
@@ -30,7 +46,7 @@ class MaskedAccuracy(keras.metrics.SparseCategoricalAccuracy):
         return super().update_state(y_true, y_pred, sample_weight=weight)
 
     def get_config(self):
-        return {**super().get_config(), "pad_token_id": self.pad_token_id}
+        return {"name": self.name, "dtype": self.dtype, "pad_token_id": self.pad_token_id}
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
