@@ -94,3 +94,19 @@ def test_the_harness_runs_end_to_end(tmp_path):
     training = [e for r in results for e in r["workloads"].values() if "tokens_per_s" in e]
     assert len(training) == 2  # Hugging Face and this project
     assert "## This project / fastest peer" in text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="the decoding profile times TensorFlow + XLA")
+def test_the_decoding_profile_takes_out_each_part(tmp_path, capsys):
+    from benchmarks import decoding_profile
+
+    decoding_profile.main(["--size", "micro", "--repeats", "1", "--threads", "1", "--workdir", str(tmp_path)])
+    lines = capsys.readouterr().out.splitlines()
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if line.startswith(("| greedy", "| beam"))]
+    parts = [(row[0], row[3]) for row in rows]
+    assert parts == [
+        ("greedy", "-"), ("greedy", "attention over the caches"), ("greedy", "output projection"),
+        ("greedy", "encoder (once per batch)"), ("beam 4", "-"), ("beam 4", "cache reorder"),
+        ("beam 4", "attention over the caches"), ("beam 4", "output projection"), ("beam 4", "encoder (once per batch)"),
+    ]
