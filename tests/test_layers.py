@@ -221,3 +221,27 @@ def test_threefry_dropout_under_xla_draws_threefry_masks_of_the_right_rate():
     plain = tf.function(lambda x: layer(x, training=True), jit_compile=True)
     assert random_algorithms(plain.get_concrete_function(x)) == {3}
     assert np.array_equal(np.asarray(layer(x, training=False)), np.asarray(x))
+
+
+@pytest.mark.skipif(keras.config.backend() != "jax", reason="JAX's variant of the Threefry masks")
+def test_threefry_dropout_on_jax_uses_xla_threefry_with_the_right_rate():
+    import jax
+
+    from keras_transformer.layers import ThreefryDropout
+
+    layer = ThreefryDropout(0.1, seed=3)
+    x = np.ones((200, 500), "float32")
+    first, second = np.asarray(layer(x, training=True)), np.asarray(layer(x, training=True))
+    for y in (first, second):
+        np.testing.assert_allclose(np.unique(y), [0.0, 1 / 0.9], rtol=1e-6)
+        assert abs((y == 0).mean() - 0.1) < 0.005
+    assert (first != second).mean() > 0.1  # the seed moves on
+    variables = layer.non_trainable_variables
+
+    def stateless_call(values, x):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            return layer(x, training=True)
+
+    program = str(jax.make_jaxpr(stateless_call)([v.value for v in variables], x))
+    assert "rng_bit_generator" in program and "THREE_FRY" in program
+    assert "threefry2x32" not in program  # not jax.random's Threefry, written in JAX operations

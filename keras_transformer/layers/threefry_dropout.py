@@ -1,15 +1,20 @@
-"""Dropout (section 5.4) whose masks XLA draws fast on TensorFlow.
+"""Dropout (section 5.4) whose masks XLA draws fast, on TensorFlow and JAX.
 
-Keras' TensorFlow dropout draws its masks with TensorFlow's default
-generator, Philox, and XLA on a CPU draws Philox numbers slowly: measured
-here (2 threads, TensorFlow 2.21), 11.5 M uniform numbers took 105 ms with
-Philox against 13 ms with Threefry, and a tiny-model training step spent
-about 75 ms of its 150 ms forward pass drawing dropout masks. TensorFlow's
-own kernels implement only Philox, so Threefry can be asked for only where
-XLA compiles the step: `Transformer.train_step` says so with
-`xla_compiled(...)` while Keras traces its compiled training function, and
-everywhere else (eager, `jit_compile=False`, JAX, torch) this is Keras'
-`Dropout` unchanged. The masks are as random either way, only different.
+Keras draws dropout masks with TensorFlow's default generator (Philox) and
+with JAX's `jax.random` (Threefry written in JAX operations); XLA runs both
+slowly on a CPU, against its own Threefry generator. Measured here (2
+threads; 11.5 M numbers, a tiny model's masks for one training step): with
+XLA, TensorFlow's Philox 105 ms against Threefry 13 ms; with the machine
+busy, `jax.random.bernoulli` 356 ms against XLA's Threefry through
+`jax.lax.rng_bit_generator` 53 ms. A tiny-model training step on
+TensorFlow spent about 75 ms of its 150 ms forward pass on its masks.
+
+TensorFlow's own kernels implement only Philox, so there Threefry can be
+asked for only where XLA compiles the step: `Transformer.train_step` says
+so with `xla_compiled(...)` while Keras traces its compiled training
+function. JAX always runs through XLA. Elsewhere (TensorFlow outside
+`xla_compiled`, torch) this is Keras' `Dropout` unchanged. The masks are
+as random either way, only different.
 """
 
 import contextlib
@@ -33,7 +38,8 @@ def xla_compiled(compiled: bool = True):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class ThreefryDropout(keras.layers.Dropout):
-    """`keras.layers.Dropout` that draws Threefry masks inside `xla_compiled()`.
+    """`keras.layers.Dropout` that draws XLA's Threefry masks: on JAX, and on
+    TensorFlow inside `xla_compiled()`.
 
     Same rate, scaling (kept values times 1 / (1 - rate)), seeding (the
     layer's `SeedGenerator`) and variables as Keras' layer, so weights and
@@ -49,10 +55,26 @@ class ThreefryDropout(keras.layers.Dropout):
     """
 
     def call(self, inputs, training=False):
-        if not (training and self.rate > 0 and self.noise_shape is None and _UNDER_XLA.get()):
+        if not (training and self.rate > 0 and self.noise_shape is None):
             return super().call(inputs, training=training)
-        import tensorflow as tf
+        backend = keras.config.backend()
+        if backend == "tensorflow" and _UNDER_XLA.get():
+            import tensorflow as tf
 
-        # A Keras seed is two int64s; TensorFlow's stateless ops under XLA take int32.
-        seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max), tf.int32)
-        return tf.nn.experimental.stateless_dropout(inputs, rate=self.rate, seed=seed, rng_alg="threefry")
+            # A Keras seed is two int64s; TensorFlow's stateless ops under XLA take int32.
+            seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max), tf.int32)
+            return tf.nn.experimental.stateless_dropout(inputs, rate=self.rate, seed=seed, rng_alg="threefry")
+        if backend == "jax":
+            import jax
+            import jax.numpy as jnp
+
+            # Threefry's state: the layer's two-word seed as key, counter 0.
+            seed = jnp.asarray(self.seed_generator.next()).astype(jnp.uint32)
+            state = jnp.concatenate([seed, jnp.zeros((2,), jnp.uint32)])
+            _, bits = jax.lax.rng_bit_generator(
+                state, inputs.shape, dtype=jnp.uint32, algorithm=jax.lax.RandomAlgorithm.RNG_THREE_FRY
+            )
+            keep_prob = 1.0 - self.rate
+            keep = bits < jnp.uint32(min(round(keep_prob * 2**32), 2**32 - 1))
+            return jnp.where(keep, inputs / jnp.asarray(keep_prob, inputs.dtype), jnp.zeros_like(inputs))
+        return super().call(inputs, training=training)
