@@ -114,3 +114,14 @@ def test_length_penalty_is_gnmt():
     assert float(length_penalty(1, 0.6)) == pytest.approx(1.0)
     assert float(length_penalty(7, 0.6)) == pytest.approx(2.0**0.6)
     assert float(length_penalty(7, 0.0)) == pytest.approx(1.0)
+
+
+def test_first_argmax_is_argmax_with_ties_to_the_first_index():
+    from keras_transformer.models.search import first_argmax
+
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=(64, 300)).astype("float32")
+    scores[::3, 7] = scores[::3, 200] = 50.0  # ties: the first index wins, as with argmax
+    scores[5] = -np.inf
+    expected = np.argmax(scores, axis=-1)
+    np.testing.assert_array_equal(ops.convert_to_numpy(first_argmax(scores)), expected)
