@@ -55,7 +55,7 @@ class ThreefryDropout(keras.layers.Dropout):
     """
 
     def call(self, inputs, training=False):
-        if not (training and self.rate > 0 and self.noise_shape is None):
+        if not (training and 0 < self.rate < 1 and self.noise_shape is None):
             return super().call(inputs, training=training)
         backend = keras.config.backend()
         if backend == "tensorflow" and _UNDER_XLA.get():
