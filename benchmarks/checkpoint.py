@@ -5,7 +5,8 @@
 word-level tokenizer whose token `i` is the string of id `i`, so that
 CTranslate2's converter finds a vocabulary) and `DIR/ct2` (that checkpoint
 converted by CTranslate2's own `TransformersConverter`, float32; int8 is
-quantized when loading).
+quantized when loading). `--no-ct2` skips the conversion, for a machine without
+CTranslate2 (the GPU machine).
 
 Random weights are redrawn by `randomize`: with `transformers`' own
 initialisation (std 0.02) every source decodes to the same repeated token,
@@ -105,16 +106,16 @@ def randomize(model, seed: int) -> None:
                 normal(parameter, 0.0, 0.1)
 
 
-def build(size_name: str, out: Path) -> Path:
-    """Writes the Marian checkpoint and its CTranslate2 conversion under `out`
-    (kept if already there from the same seed and initialisation); returns `out`."""
-    import ctranslate2
+def build(size_name: str, out: Path, convert: bool = True) -> Path:
+    """Writes the Marian checkpoint and (if `convert`) its CTranslate2 conversion
+    under `out` (kept if already there from the same seed, initialisation and
+    conversion); returns `out`."""
     import torch
     from transformers import MarianMTModel
 
     size = SIZES[size_name]
     marian, ct2, stamp = out / MARIAN_DIR, out / CT2_DIR, out / "checkpoint.json"
-    expected = {"size": size_name, "seed": SEED, "init": INIT}
+    expected = {"size": size_name, "seed": SEED, "init": INIT, "ct2": convert}
     if stamp.exists() and json.loads(stamp.read_text()) == expected:
         return out
     stamp.unlink(missing_ok=True)
@@ -127,7 +128,10 @@ def build(size_name: str, out: Path) -> Path:
         raise AssertionError("final_logits_bias must be zero: this project has no logits bias")
     model.save_pretrained(marian, safe_serialization=True)
     save_tokenizer(size, marian)
-    ctranslate2.converters.TransformersConverter(str(marian)).convert(str(ct2), force=True)
+    if convert:
+        import ctranslate2
+
+        ctranslate2.converters.TransformersConverter(str(marian)).convert(str(ct2), force=True)
     stamp.write_text(json.dumps(expected))
     return out
 
@@ -136,8 +140,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(SIZES), required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--no-ct2", action="store_true", help="skip the CTranslate2 conversion")
     args = parser.parse_args()
-    build(args.size, args.out)
+    build(args.size, args.out, convert=not args.no_ct2)
 
 
 if __name__ == "__main__":

@@ -28,9 +28,13 @@ LEARNING_RATE = 1e-4  # constant: the schedule costs nothing measurable
 
 
 class HuggingFace:
-    """`MarianMTModel` in torch float32."""
+    """`MarianMTModel` in torch: `float32`, or `bfloat16` (float32 weights,
+    matrix products in bfloat16 under `torch.autocast`, as Keras'
+    `mixed_bfloat16` policy does), on `device` ("cpu" or "cuda")."""
 
-    def __init__(self, checkpoint: Path, threads: int):
+    def __init__(self, checkpoint: Path, threads: int, device: str = "cpu", precision: str = "float32"):
+        if precision not in ("float32", "bfloat16"):
+            raise ValueError(f"precision must be float32 or bfloat16; got {precision!r}")
         start = time.perf_counter()
         import torch
         import transformers
@@ -40,16 +44,24 @@ class HuggingFace:
         torch.set_num_interop_threads(1)
         self.torch = torch
         start = time.perf_counter()
-        self.model = transformers.MarianMTModel.from_pretrained(checkpoint / MARIAN_DIR).eval()
+        self.model = transformers.MarianMTModel.from_pretrained(checkpoint / MARIAN_DIR).eval().to(device)
+        self.synchronize()
         self.load_s = time.perf_counter() - start
+        self.device = device
+        self.autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bfloat16")
         config = self.model.config
         self.pad_id, self.end_id = config.pad_token_id, config.eos_token_id
         self.optimizer = None
 
+    def synchronize(self) -> None:
+        """Waits for the GPU's queued work, so that timings include it."""
+        if self.torch.cuda.is_available():
+            self.torch.cuda.synchronize()
+
     def decode(self, workload: Decode) -> np.ndarray:
         torch, n = self.torch, workload.new_tokens
-        sources = torch.from_numpy(workload.sources()).long()
-        with torch.inference_mode():
+        sources = torch.from_numpy(workload.sources()).long().to(self.device)
+        with torch.inference_mode(), self.autocast:
             outputs = self.model.generate(
                 input_ids=sources,
                 attention_mask=torch.ones_like(sources),
@@ -59,20 +71,21 @@ class HuggingFace:
                 min_new_tokens=n,
                 suppress_tokens=[self.pad_id],  # Marian's <pad> is an input only
             )
-        return outputs[:, 1:n].numpy()  # outputs[:, 0] is the decoder start token
+        return outputs[:, 1:n].cpu().numpy()  # outputs[:, 0] is the decoder start token
 
     def score(self, workload: Decode) -> np.ndarray:
         torch = self.torch
         sources, targets = workload.sources(), workload.targets()
         start = np.full((workload.batch, 1), self.model.config.decoder_start_token_id, "int32")
         decoder_input = np.concatenate([start, targets[:, :-1]], axis=1)
-        with torch.inference_mode():
+        to_device = lambda a: torch.from_numpy(a).long().to(self.device)  # noqa: E731
+        with torch.inference_mode(), self.autocast:
             logits = self.model(
-                input_ids=torch.from_numpy(sources).long(),
-                attention_mask=torch.ones(sources.shape, dtype=torch.long),
-                decoder_input_ids=torch.from_numpy(decoder_input).long(),
+                input_ids=to_device(sources),
+                attention_mask=to_device(np.ones_like(sources)),
+                decoder_input_ids=to_device(decoder_input),
             ).logits
-        return target_log_probs(logits.float().numpy(), targets, self.pad_id)
+        return target_log_probs(logits.float().cpu().numpy(), targets, self.pad_id)
 
     def loss(self, logits, labels):
         """This project's `LabelSmoothedCrossEntropy`: smoothing mass spread
@@ -81,7 +94,7 @@ class HuggingFace:
         torch = self.torch
         log_probs = torch.log_softmax(logits.float(), dim=-1)
         nll = -log_probs.gather(-1, labels[..., None]).squeeze(-1)
-        smoothed = torch.ones(log_probs.shape[-1], dtype=torch.bool)
+        smoothed = torch.ones(log_probs.shape[-1], dtype=torch.bool, device=log_probs.device)
         smoothed[[self.pad_id, UNK_ID]] = False
         uniform = -(log_probs * smoothed).sum(-1) / smoothed.sum()
         per_token = (1 - LABEL_SMOOTHING) * nll + LABEL_SMOOTHING * uniform
@@ -95,17 +108,19 @@ class HuggingFace:
             self.optimizer = torch.optim.Adam(
                 self.model.parameters(), lr=LEARNING_RATE, betas=(0.9, 0.98), eps=1e-9
             )
-        arrays = {k: torch.from_numpy(v).long() for k, v in workload.arrays().items()}
+        arrays = {k: torch.from_numpy(v).long().to(self.device) for k, v in workload.arrays().items()}
         for _ in range(steps):
-            logits = self.model(
-                input_ids=arrays["source"],
-                attention_mask=torch.ones_like(arrays["source"]),
-                decoder_input_ids=arrays["decoder_input"],
-            ).logits
+            with self.autocast:
+                logits = self.model(
+                    input_ids=arrays["source"],
+                    attention_mask=torch.ones_like(arrays["source"]),
+                    decoder_input_ids=arrays["decoder_input"],
+                ).logits
             loss = self.loss(logits, arrays["labels"])
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
+        self.synchronize()
 
 
 class CTranslate2:

@@ -32,6 +32,7 @@ import keras  # noqa: E402
 from keras import ops  # noqa: E402
 
 import keras_transformer  # noqa: E402
+from keras_transformer import text_libraries  # noqa: E402
 from keras_transformer import Transformer, TransformerBackbone  # noqa: E402
 
 IMPORT_S = time.perf_counter() - _start
@@ -47,11 +48,15 @@ class FixedLengthBackbone(TransformerBackbone):
 
 
 def set_threads(threads: int) -> None:
-    """keras_transformer imports TensorFlow on every backend: limit it too."""
-    import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    """keras_transformer imports TensorFlow on every backend where it is
+    installed (for its tokenizers): limit it too."""
+    tf = text_libraries.tf
+    if tf is not None:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+        except RuntimeError:  # TensorFlow already started in this process (a test): its pools stay
+            pass
     if keras.config.backend() == "torch":
         import torch
 
@@ -127,4 +132,8 @@ class ProjectImplementation:
             "decoder_token_ids": repeat(arrays["decoder_input"]),
             "decoder_padding_mask": np.ones_like(repeat(arrays["decoder_input"])),
         }
-        self.model.fit(x, repeat(arrays["labels"]), batch_size=workload.batch, epochs=1, verbose=0, shuffle=False)
+        # KerasHub's `Task.fit` sends arrays through tf.data or grain even
+        # without a preprocessor; where neither is installed (the GPU
+        # machine), Keras' own `fit` takes the arrays.
+        fit = type(self.model).fit if text_libraries.tf is not None else keras.Model.fit
+        fit(self.model, x, repeat(arrays["labels"]), batch_size=workload.batch, epochs=1, verbose=0, shuffle=False)

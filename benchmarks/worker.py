@@ -91,7 +91,7 @@ def make_implementation(job: dict) -> Implementation:
     if name == "hf":
         from benchmarks.peers import HuggingFace
 
-        return HuggingFace(checkpoint, threads)
+        return HuggingFace(checkpoint, threads, job.get("device", "cpu"), job["precision"])
     if name == "ct2":
         from benchmarks.peers import CTranslate2
 

@@ -24,17 +24,17 @@ Example:
 (8, 8)
 """
 
+from __future__ import annotations  # annotations name TensorFlow types, which may be absent
+
 import dataclasses
 import itertools
 import os
 import warnings
 from collections.abc import Iterator
 
-import tensorflow as tf
-
 from keras_transformer.files import decode_message, raw_lines, read_lines
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
-
+from keras_transformer.text_libraries import require_text_libraries, tf
 
 
 @dataclasses.dataclass
@@ -208,6 +208,7 @@ def tokenize_pairs(
     Returns:
         A `TokenizedPairs`.
     """
+    require_text_libraries("tokenize_pairs")
     if len(sources) != len(targets):
         raise ValueError(f"Got {len(sources)} source and {len(targets)} target sentences.")
 
@@ -286,6 +287,7 @@ def token_batches(
         `decoder_token_ids` (`<s> target`) and `decoder_padding_mask`; `y` is
         `target </s>`; `sample_weight` is 1 on real target tokens, 0 on padding.
     """
+    require_text_libraries("token_batches")
     lengths = bucket_lengths(pairs.max_length, bucket_width)
     if tokens_per_batch < lengths[-1] * batch_multiple:
         raise ValueError(

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "keras_transformer"
 
 # Lowest first. Names are module paths inside `keras_transformer`.
 LAYERS = [
-    ["version", "errors", "command_line_startup", "files", "special_tokens", "sentences", "library_internals", "evaluation"],
+    ["version", "errors", "command_line_startup", "files", "special_tokens", "sentences", "library_internals", "evaluation", "text_libraries"],
     ["layers", "layers.*"],
     ["models.search"],
     ["models.transformer_backbone"],

@@ -12,52 +12,21 @@ the last --average checkpoints (section 6.1) to RUN_DIR/averaged.npz, which
 """
 
 import argparse
-import importlib.util
 import json
 import math
 import os
-import sys
 import time
-import types
 
+import keras
 import numpy as np
 
-
-def _import_without_tensorflow(*modules: str) -> None:
-    """Imports `modules` with empty stand-ins for a missing TensorFlow.
-
-    The package's tokenizers and tf.data pipeline import TensorFlow at module
-    level; training from recorded token ids calls none of them, so empty
-    modules let the model, loss and callbacks import (any use of TensorFlow
-    would fail loudly: AttributeError on an empty module). The stand-ins are
-    removed afterwards, so that Keras, which checks whether TensorFlow can be
-    imported (to seed it, say), still finds that it cannot.
-    """
-    missing = [n for n in ("tensorflow", "tensorflow_text") if importlib.util.find_spec(n) is None]
-    sys.modules.update({name: types.ModuleType(name) for name in missing})
-    try:
-        for module in modules:
-            importlib.import_module(module)
-    finally:
-        for name in missing:
-            del sys.modules[name]
-
-
-# Keras (and PyTorch, which probes for TensorFlow as it starts) first, without
-# the stand-ins.
-import keras  # noqa: E402
-
-_import_without_tensorflow("keras_transformer.commands.train", "keras_transformer.training.callbacks")
-
-# Already imported above; these only bind the names.
-
-from keras_transformer.commands.train import compile_model  # noqa: E402
-from keras_transformer.models.transformer import Transformer  # noqa: E402
-from keras_transformer.models.transformer_backbone import TransformerBackbone  # noqa: E402
-from keras_transformer.run_folder import CHECKPOINT_DIR, RUN_FILE  # noqa: E402
-from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID  # noqa: E402
-from keras_transformer.training import checkpoints  # noqa: E402
-from keras_transformer.training.callbacks import StopAtStep, TrainingMonitor  # noqa: E402
+from keras_transformer.commands.train import compile_model
+from keras_transformer.models.transformer import Transformer
+from keras_transformer.models.transformer_backbone import TransformerBackbone
+from keras_transformer.run_folder import CHECKPOINT_DIR, RUN_FILE
+from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
+from keras_transformer.training import checkpoints
+from keras_transformer.training.callbacks import StopAtStep, TrainingMonitor
 
 AVERAGED_FILE = "averaged.npz"
 

@@ -19,8 +19,6 @@ from pathlib import Path
 
 import keras
 import keras_hub
-import tensorflow as tf
-import tensorflow_text as tf_text
 
 from keras_transformer.library_internals import (
     add_special_token,
@@ -29,6 +27,7 @@ from keras_transformer.library_internals import (
     update_special_token_ids,
 )
 from keras_transformer.models.transformer_backbone import TransformerBackbone
+from keras_transformer.text_libraries import require_text_libraries, tf, tf_text
 
 SOURCE_SPM, TARGET_SPM, VOCABULARY_JSON = "source.spm", "target.spm", "vocab.json"
 WORD_START = "\u2581"  # SentencePiece's "▁"
@@ -88,6 +87,7 @@ class MarianTokenizer(keras_hub.tokenizers.Tokenizer):
         unk_token: str = "<unk>",
         **kwargs,
     ):
+        require_text_libraries(type(self).__name__)
         super().__init__(**kwargs)
         self.file_assets = [SOURCE_SPM, TARGET_SPM, VOCABULARY_JSON]
         add_special_token(self, start_token, "start_token")

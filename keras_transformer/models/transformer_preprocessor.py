@@ -5,10 +5,10 @@ import warnings
 
 import keras
 import keras_hub
-import tensorflow as tf
 
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.models.transformer_tokenizer import TransformerTokenizer
+from keras_transformer.text_libraries import tf
 
 TOO_LONG_POLICIES = ("warn", "error")
 

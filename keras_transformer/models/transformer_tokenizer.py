@@ -6,12 +6,11 @@ from collections.abc import Iterable
 
 import keras
 import keras_hub
-import tensorflow as tf
-import tensorflow_text as tf_text
 
 from keras_transformer import library_internals, special_tokens
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.special_tokens import END, END_ID, PAD, PAD_ID, START, START_ID, UNK, UNK_ID
+from keras_transformer.text_libraries import tf, tf_text
 
 
 
