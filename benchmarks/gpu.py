@@ -163,19 +163,20 @@ def main(argv=None) -> None:
 
     checkpoint = build(args.size, args.workdir / args.size, convert=False)
     peaks = matmul_peaks(args.device)
+    command = "python -m benchmarks.gpu " + " ".join(sys.argv[1:] if argv is None else argv)
     results, reference = [], None
     for i, job in enumerate(jobs(args.size, args.train_batch)):
         left = deadline - time.monotonic()
         if left < 30:
-            results.append({"job": job, "workloads": {}, "error": "not run: out of time"})
-            continue
-        key = f"{i}-{job['implementation']}-{job['backend'] or 'torch'}-{job['precision']}"
-        result = run_job(job, key, args, checkpoint, left, reference)
-        if job["implementation"] == "hf" and job["workloads"][0]["kind"] == "decode" and "error" not in result:
-            reference = str(args.workdir / f"{key}.result")
+            result = {"job": job, "workloads": {}, "error": "not run: out of time"}
+        else:
+            key = f"{i}-{job['implementation']}-{job['backend'] or 'torch'}-{job['precision']}"
+            result = run_job(job, key, args, checkpoint, left, reference)
+            if job["implementation"] == "hf" and job["workloads"][0]["kind"] == "decode" and "error" not in result:
+                reference = str(args.workdir / f"{key}.result")
         results.append(result)
+        # Written after every job: a machine taken back keeps what was measured.
         (args.workdir / "gpu_results.json").write_text(json.dumps({"peaks": peaks, "results": results}, indent=1))
-        command = "python -m benchmarks.gpu " + " ".join(sys.argv[1:] if argv is None else argv)
         (args.workdir / "GPU.md").write_text(render(peaks, results, command))
     print((args.workdir / "GPU.md").read_text(), flush=True)
 

@@ -110,3 +110,30 @@ def test_the_decoding_profile_takes_out_each_part(tmp_path, capsys):
         ("greedy", "encoder (once per batch)"), ("beam 4", "-"), ("beam 4", "cache reorder"),
         ("beam 4", "attention over the caches"), ("beam 4", "output projection"), ("beam 4", "encoder (once per batch)"),
     ]
+
+
+@pytest.mark.slow
+def test_the_gpu_benchmark_runs_without_tensorflow_or_ctranslate2(tmp_path):
+    # As on the GPU machine, which has neither; here on the CPU at micro size.
+    import os
+    import subprocess
+
+    tests = Path(__file__).resolve().parent
+    env = {
+        **os.environ,
+        "BLOCKED_MODULES": "tensorflow,tensorflow_text,ctranslate2",
+        "PYTHONPATH": os.pathsep.join([str(tests / "without_modules"), str(tests.parent)]),
+    }
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu", "--workdir", str(tmp_path), "--seconds", "900",
+         "--device", "cpu", "--size", "micro", "--train-batch", "8"],
+        cwd=tests.parent, env=env, check=True, timeout=1200,
+    )
+    results = json.loads((tmp_path / "gpu_results.json").read_text())["results"]
+    assert len(results) == 7 and not [r["error"] for r in results if "error" in r]
+    trained = [r for r in results if r["job"]["workloads"][0]["kind"] == "train"]
+    assert len(trained) == 4 and all(e["tokens_per_s"] > 0 for r in trained for e in r["workloads"].values())
+    decoders = [r for r in results if r["job"]["implementation"] == "project" and "check" in r]
+    assert len(decoders) == 2 and all(r["check"]["sentences_equal"] == 1.0 for r in decoders)
+    assert all(len(r["workloads"]) == 2 for r in decoders)  # greedy and beam 4, timed after the check
+    assert (tmp_path / "GPU.md").read_text().count("| this project") == 6

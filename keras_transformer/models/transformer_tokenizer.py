@@ -10,7 +10,7 @@ import keras_hub
 from keras_transformer import library_internals, special_tokens
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.special_tokens import END, END_ID, PAD, PAD_ID, START, START_ID, UNK, UNK_ID
-from keras_transformer.text_libraries import tf, tf_text
+from keras_transformer.text_libraries import require_text_libraries, tf, tf_text
 
 
 
@@ -40,6 +40,7 @@ class TransformerTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
     backbone_cls = TransformerBackbone
 
     def __init__(self, proto=None, **kwargs):
+        require_text_libraries(type(self).__name__)
         for piece, name in ((START, "start_token"), (END, "end_token"), (PAD, "pad_token")):
             library_internals.add_special_token(self, piece, name)
         super().__init__(proto=proto, **kwargs)
