@@ -1,7 +1,8 @@
 """Decoding a batch of token ids as one compiled graph (section 6.1).
 
 `search_step` runs the encoder once, computes the cross-attention keys and
-values of its output once, and hands a cached one-position `step` to the greedy or
+values of its output once (one copy per sentence, which all its beams read:
+`layers.cached_attention.attend_cached`), and hands a cached one-position `step` to the greedy or
 beam search of `keras_transformer.models.search`. `compiled_search` compiles
 it per backend: XLA on TensorFlow, `jax.jit` on JAX (stateless, the
 variables passed in), `torch.no_grad` on torch.
@@ -102,11 +103,6 @@ def search_step(
         start, 0, source_mask, backbone.empty_cache(batch, buffer_length), cross_cache
     )
     first_log_probs = ops.log_softmax(ops.cast(logits[:, 0, :], "float32"))
-    if beam_size is not None:
-        # Every beam of a sentence reads the same source.
-        source_mask, cross_cache = keras.tree.map_structure(
-            lambda t: ops.repeat(t, beam_size, axis=0), (source_mask, cross_cache)
-        )
 
     def step(token_ids, index, cache):
         logits, cache = backbone.decode_step(token_ids, index, source_mask, cache, cross_cache)

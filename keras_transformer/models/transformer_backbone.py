@@ -248,14 +248,17 @@ class TransformerBackbone(keras_hub.models.Backbone):
         """Decodes the tokens at position `index` with cached keys and values.
 
         Args:
-            token_ids: `(batch, 1)` int tensor, the tokens at position `index`.
+            token_ids: `(batch, 1)` int tensor, the tokens at position `index`;
+                in beam search `batch` is sentences x beams, the beams of a
+                sentence next to each other.
             index: scalar int, their position in the target sequence.
-            encoder_padding_mask: `(batch, source_length)`.
+            encoder_padding_mask: `(sentences, source_length)`.
             self_attention_cache: per decoder layer, `(keys, values)` of the
                 positions decoded so far, each `(batch, num_heads, max_length,
                 head_dim)` (`empty_cache` makes it); position `index`'s are
                 written here.
-            cross_attention_cache: `cross_attention_cache(encoder_output)`.
+            cross_attention_cache: `cross_attention_cache(encoder_output)`,
+                one copy per sentence, which all its beams read.
 
         Returns:
             `(logits, self_attention_cache)`, logits `(batch, 1,
