@@ -14,7 +14,7 @@ from keras import ops
 import pytest
 import sentencepiece
 from conftest import PAIRS, REPO_ROOT
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from keras_transformer.models.translation import tokenize
@@ -198,6 +198,13 @@ def test_normalization_is_nfkc_and_whitespace_collapsing_for_printable_text(sent
     @given(st.text(alphabet=printable))
     @example("a\u2581 b")
     def check(text):
+        # SentencePiece's normaliser is a precompiled character map, not a
+        # full NFKC: it composes combining marks in the order given, where
+        # NFKC first decomposes and sorts them ("\u00c0\u0323", A grave + dot
+        # below, stays so in SentencePiece; NFKC gives "\u1ea0\u0300"). Checked
+        # on text already in NFC, as keyboards and most files write it
+        # (compatibility characters such as full-width letters included).
+        assume(unicodedata.normalize("NFC", text) == text)
         # SentencePiece's own word marker "\u2581" counts as a space too.
         expected = " ".join(unicodedata.normalize("NFKC", text).replace("\u2581", " ").split())
         assert normalize(sentence_piece, text) == expected
