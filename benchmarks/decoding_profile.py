@@ -8,8 +8,10 @@ one by one from outside; this times the benchmark's decoding workload
 tokens, exactly 24 new tokens) with one part of each step taken out at a
 time, and reports what each removal saves per step:
 
-- **cache reorder** (beam search): the self-attention caches follow the
-  surviving beams (`TransformerBackbone.reorder_cache`), replaced by nothing;
+- **cache reorder** (beam search): the self-attention cache follows the
+  surviving beams (`TransformerBackbone.reorder_cache`; since the beams of a
+  sentence share its cache, only the table of which slot holds each
+  position moves), replaced by nothing;
 - **attention over the caches**: each attention reads its keys and values
   (`cached_attention.attend_cached`), replaced by the query and output
   projections alone (the key/value projections and cache writes go too);
@@ -54,7 +56,7 @@ def removals() -> dict:
     from keras_transformer.layers import cached_attention, decoder_block
     from keras_transformer.models.transformer_backbone import TransformerBackbone
 
-    def projections_only(attention, query_input, keys, values, mask, update_index=None):
+    def projections_only(attention, query_input, keys, values, mask, beams, update_index=None):
         projections = cached_attention.library_internals.attention_projections(attention)
         return projections["output"](projections["query"](query_input)), keys, values
 

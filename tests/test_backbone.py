@@ -89,19 +89,33 @@ def test_cached_decoding_equals_full_recomputation(normalize_first):
         np.testing.assert_allclose(ops.convert_to_numpy(logits)[:, 0], full_logits[:, index], atol=1e-4)
 
 
-def test_beam_reorder_moves_the_decoded_positions_of_every_cache_tensor():
-    from keras_transformer.layers.cached_attention import REORDER_BLOCK, empty_keys_values, reorder_rows
-
-    keys, values = empty_keys_values(3, 2 * REORDER_BLOCK + 5, 2, 4, "float32")
-    assert ops.shape(keys)[2] == 3 * REORDER_BLOCK  # whole blocks
+def test_beams_sharing_a_cache_each_read_their_own_history():
+    """Beam search keeps hypotheses grown from other beams of the sentence;
+    only the table of who owns which slot moves. Each row must still decode
+    exactly as a full forward pass of its own tokens."""
+    backbone = tiny_backbone()
     rng = np.random.default_rng(0)
-    keys, values = (rng.random(ops.shape(keys)).astype("float32") for _ in range(2))
-    rows = np.array([2, 0, 0])
-    length = REORDER_BLOCK + 3  # positions decoded so far: two blocks to reorder
-    new_keys, new_values = (ops.convert_to_numpy(t) for t in reorder_rows((keys, values), rows, length))
-    for new, old in ((new_keys, keys), (new_values, values)):
-        np.testing.assert_array_equal(new[:, :, :length], old[rows][:, :, :length])
-        np.testing.assert_array_equal(new[:, :, 2 * REORDER_BLOCK :], old[:, :, 2 * REORDER_BLOCK :])  # untouched
+    sentences, beams, steps = 2, 3, 6
+    source = np.array([[2, 10, 11, 12, 3], [2, 13, 3, 0, 0]])
+    source_mask = (source != 0).astype("int32")
+    cross_cache = backbone.cross_attention_cache(backbone.encode(source, source_mask))
+    cache = backbone.empty_cache(sentences, steps + 2)  # longer than decoded: the rest is masked
+    _, cache = backbone.decode_step(np.full((sentences, 1), 2), 0, source_mask, cache, cross_cache)
+    cache = backbone.expand_cache(cache, beams)
+    histories = np.full((sentences * beams, 1), 2)
+    for index in range(1, steps):
+        tokens = rng.integers(4, 50, (sentences * beams, 1))
+        histories = np.concatenate([histories, tokens], axis=1)
+        logits, cache = backbone.decode_step(tokens, index, source_mask, cache, cross_cache)
+
+        full = backbone(batch(np.repeat(source, beams, axis=0), histories, np.repeat(source_mask, beams, axis=0)))
+        expected = backbone.logits(full["decoder_sequence_output"])[:, -1]
+        np.testing.assert_allclose(ops.convert_to_numpy(logits)[:, 0], ops.convert_to_numpy(expected), atol=1e-4)
+
+        origin = rng.integers(0, beams, (sentences, beams))  # new beam j continues old beam origin[j]
+        rows = (origin + np.arange(sentences)[:, None] * beams).reshape(-1)
+        histories = histories[rows]
+        cache = backbone.reorder_cache(cache, rows, index + 1)
 
 
 def test_hidden_dim_must_divide_into_heads():

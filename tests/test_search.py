@@ -4,6 +4,7 @@ import itertools
 
 import numpy as np
 import pytest
+import keras
 from keras import ops
 
 from keras_transformer import beam_search, greedy_search, length_penalty
@@ -125,3 +126,19 @@ def test_first_argmax_is_argmax_with_ties_to_the_first_index():
     scores[5] = -np.inf
     expected = np.argmax(scores, axis=-1)
     np.testing.assert_array_equal(ops.convert_to_numpy(first_argmax(scores)), expected)
+
+
+@pytest.mark.parametrize("length", [128_000, 8_000 * 4 + 37])  # whole chunks, and a padded last chunk
+def test_top_k_by_chunks_equals_a_stable_top_k(length):
+    from keras_transformer.models.search import top_k
+
+    rng = np.random.default_rng(0)
+    # Rounded scores: many ties, which must still resolve to the lowest index.
+    scores = np.round(rng.normal(size=(6, length)) * 3).astype("float32")
+    scores[1, -5:] = scores[1].max()  # the best values in the last (padded) chunk
+    scores[2, :] = -1e9  # all tied
+    values, indices = (ops.convert_to_numpy(t) for t in top_k(scores, 8))
+    expected = np.argsort(-scores, axis=-1, kind="stable")[:, :8]
+    np.testing.assert_array_equal(values, np.take_along_axis(scores, expected, axis=-1))
+    if keras.config.backend() != "torch":  # torch.topk does not promise an order among ties
+        np.testing.assert_array_equal(indices, expected)

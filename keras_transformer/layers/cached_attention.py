@@ -38,74 +38,87 @@ def _heads_first(x):
     return ops.transpose(x, (0, 2, 1, 3))
 
 
-# Beam search reorders the caches in blocks of this many positions.
-REORDER_BLOCK = 16
-
-
-def empty_keys_values(batch_size: int, length: int, num_heads: int, head_dim: int, dtype) -> tuple:
-    """Zero keys and values for at least `length` positions (rounded up to
-    whole blocks for `reorder_rows`; positions not decoded yet are masked)."""
-    blocks = -(-length // REORDER_BLOCK)
-    shape = (batch_size, num_heads, blocks * REORDER_BLOCK, head_dim)
+def empty_keys_values(sentences: int, length: int, num_heads: int, head_dim: int, dtype) -> tuple:
+    """Zero self-attention keys and values for `length` positions of one
+    hypothesis per sentence, each `(sentences, heads, length, head_dim)`;
+    `expand_to_beams` makes room for more."""
+    shape = (sentences, num_heads, length, head_dim)
     return ops.zeros(shape, dtype=dtype), ops.zeros(shape, dtype=dtype)
 
 
-def reorder_rows(tensors: tuple, rows, length) -> tuple:
-    """`ops.take(t, rows, axis=0)` for each cache tensor of `tensors`, on its
-    first `length` positions only (the later ones hold nothing yet).
-
-    Beam search reorders the caches at every step to follow the surviving
-    beams; reordering the whole buffer made a step's cost grow with the
-    buffer instead of with the positions decoded. Block by block, each
-    block is gathered and written back in place.
-    """
-    shape = ops.shape(tensors[0])
-    rows_count, heads, buffer, head_dim = shape
-    # Blocks need a static shape made by `empty_keys_values` (an exported
-    # SavedModel's batch and buffer are dynamic): else reorder it whole.
-    if not all(isinstance(d, int) for d in shape) or buffer % REORDER_BLOCK:
-        return tuple(ops.take(t, rows, axis=0) for t in tensors)
-    block_shape = (rows_count, heads, REORDER_BLOCK, head_dim)
-
-    def reorder_block(block, tensors):
-        start = (0, 0, block * REORDER_BLOCK, 0)
-        return tuple(ops.slice_update(t, start, ops.take(ops.slice(t, start, block_shape), rows, axis=0)) for t in tensors)
-
-    blocks = ops.minimum((length + REORDER_BLOCK - 1) // REORDER_BLOCK, buffer // REORDER_BLOCK)
-    return ops.fori_loop(0, blocks, reorder_block, tuple(tensors))
+# Beam search: the beams of a sentence share its self-attention cache. Beam j
+# writes the keys and values of position t into slot t * beams + j, and they
+# never move. Each hypothesis keeps a row of `slot_owners` `(sentences *
+# beams, length)`: for each position it has decoded, which beam's slot holds
+# it (-1 where nothing is decoded yet). When beam search keeps a hypothesis
+# grown from another beam, only that small table is reordered; moving every
+# layer's keys and values to follow the beams instead cost a quarter of a base
+# beam-4 step here (`benchmarks/decoding_profile.py`, "cache reorder"). The
+# attention reads all the slots of its sentence and masks those that are not
+# in the hypothesis' history, which also lets the beams of a sentence read
+# its cache once, as query positions (as the cross-attention does).
 
 
-def attend_cached(attention, query_input, keys, values, mask, update_index=None):
+def empty_slot_owners(rows: int, length: int):
+    """A table for `rows` hypotheses with nothing decoded yet."""
+    return ops.full((rows, length), -1, dtype="int32")
+
+
+def record_position(slot_owners, index, beams: int):
+    """Each hypothesis writes position `index` into its own beam's slot."""
+    rows = ops.shape(slot_owners)[0]
+    own_beam = ops.arange(rows, dtype="int32") % beams
+    return ops.slice_update(slot_owners, (0, index), own_beam[:, None])
+
+
+def visible_slots(slot_owners, beams: int):
+    """Boolean `(sentences, 1, beams, length * beams)`: which slots of its
+    sentence's cache hold the history of each hypothesis (as `attend_cached`
+    lays out the scores of a sentence's beams)."""
+    length = ops.shape(slot_owners)[1]
+    owners = ops.reshape(slot_owners, (-1, beams, length, 1))
+    is_owner = owners == ops.arange(beams, dtype="int32")[None, None, None, :]
+    return ops.reshape(is_owner, (-1, 1, beams, length * beams))
+
+
+def expand_to_beams(layer_caches: tuple, slot_owners, beams: int) -> tuple:
+    """The `(keys, values)` of each layer and the `slot_owners` of one
+    hypothesis per sentence, as those of `beams` hypotheses per sentence that
+    all share its history (the start of beam search): every position's slot
+    is repeated once per beam."""
+    layer_caches = tuple(tuple(ops.repeat(t, beams, axis=2) for t in layer) for layer in layer_caches)
+    return layer_caches, ops.repeat(slot_owners, beams, axis=0)
+
+
+def attend_cached(attention, query_input, keys, values, mask, beams, update_index=None):
     """Multi-head attention of `query_input` `(rows, 1, d_model)` over cached
-    `keys` and `values` `(batch, heads, length, head_dim)`.
+    `keys` and `values` `(sentences, heads, slots, head_dim)`.
 
-    `rows` is `batch`, or for cross-attention in beam search `batch * beams`
-    (the beams of a sentence next to each other): the beams of a sentence
-    then read its one copy of the encoder's keys and values as if they were
-    `beams` query positions (cross-attention has no causal mask), instead of
-    each beam reading its own copy: a quarter of the cache reads at beam 4.
+    `rows` is `sentences * beams` (the beams of a sentence next to each
+    other; one beam outside beam search): the beams of a sentence read its
+    cache once, as `beams` query positions, instead of each beam reading its
+    own copy.
 
     Args:
         attention: a built Keras `MultiHeadAttention` (its projections).
-        mask: boolean, broadcastable to `(batch, heads, 1, length)`: which
-            cached positions may be attended to.
-        update_index: self-attention: the position of `query_input`, whose key
-            and value are written into the caches first; `None` for
-            cross-attention (the caches are the encoder output's).
+        mask: boolean, broadcastable to `(sentences, heads, beams, slots)`:
+            which cached slots each query may attend to.
+        update_index: self-attention: the position of `query_input`; each
+            beam's key and value are written into slot `update_index * beams
+            + beam` first (see `visible_slots`). `None` for cross-attention
+            (the caches are the encoder output's).
 
     Returns:
         `(output (rows, 1, d_model), keys, values)`.
     """
     projections = library_internals.attention_projections(attention)
+    rows_shape = ops.shape(query_input)
+    # (sentences * beams, 1, d) -> (sentences, beams, d): beams as query positions.
+    query_input = ops.reshape(query_input, (ops.shape(keys)[0], beams, rows_shape[-1]))
     if update_index is not None:
-        start = (0, 0, update_index, 0)
+        start = (0, 0, update_index * beams, 0)
         keys = ops.slice_update(keys, start, _heads_first(projections["key"](query_input)))
         values = ops.slice_update(values, start, _heads_first(projections["value"](query_input)))
-    rows_shape = ops.shape(query_input)
-    if update_index is None:
-        # (batch * beams, 1, d) -> (batch, beams, d): beams as query positions
-        # (a no-op outside beam search).
-        query_input = ops.reshape(query_input, (ops.shape(keys)[0], -1, rows_shape[-1]))
     query = _heads_first(projections["query"](query_input))
     scores = ops.einsum("bnth,bnsh->bnts", query, keys) / math.sqrt(ops.shape(query)[-1])
     scores = ops.where(mask, ops.cast(scores, "float32"), -1e9)

@@ -87,34 +87,40 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
         each `(batch, heads, source_length, head_dim)`."""
         return cache_keys_values(self.attention_layers()[1], encoder_output)
 
-    def decode_step(self, x, index, self_attention_cache: tuple, cross_attention_cache: tuple, encoder_padding_mask):
-        """The block on one position `(batch, 1, d_model)`, for inference.
+    def decode_step(
+        self, x, index, self_attention_cache: tuple, cross_attention_cache: tuple, encoder_padding_mask, visible_slots
+    ):
+        """The block on one position `(rows, 1, d_model)`, for inference.
 
         The same sublayers and weights as `call` (without dropout), but the
-        self-attention reads the keys and values of positions `<= index`
-        from `self_attention_cache` (writing this position's at `index`) and
-        the cross-attention reads `cross_attention_cache`; see
-        `keras_transformer.layers.cached_attention` for why these are not
-        KerasHub's cached attention.
+        self-attention reads the keys and values of the decoded positions
+        from `self_attention_cache` (writing this position's first) and the
+        cross-attention reads `cross_attention_cache`; see
+        `keras_transformer.layers.cached_attention` for the layout and for
+        why these are not KerasHub's cached attention.
+
+        Args:
+            visible_slots: which slots of `self_attention_cache` each row
+                may attend to (`cached_attention.visible_slots`).
 
         Returns:
-            `(output (batch, 1, d_model), self_attention_cache)`.
+            `(output (rows, 1, d_model), self_attention_cache)`.
         """
         layers = library_internals.block_sublayers(self)
         keys, values = self_attention_cache
-        # Keys are laid out (batch, heads, length, head_dim); positions after
-        # `index` are not decoded yet.
-        visible = (ops.arange(ops.shape(keys)[2]) <= index)[None, None, None, :]
+        beams = ops.shape(visible_slots)[2]
 
         def self_attention(h):
             nonlocal keys, values
-            out, keys, values = attend_cached(layers["self_attention"], h, keys, values, visible, update_index=index)
+            out, keys, values = attend_cached(
+                layers["self_attention"], h, keys, values, visible_slots, beams, update_index=index
+            )
             return out
 
         source_visible = ops.cast(encoder_padding_mask, "bool")[:, None, None, :]
 
         def cross_attention(h):
-            return attend_cached(layers["cross_attention"], h, *cross_attention_cache, source_visible)[0]
+            return attend_cached(layers["cross_attention"], h, *cross_attention_cache, source_visible, beams)[0]
 
         x = self._residual(x, layers["self_attention_norm"], self_attention)
         x = self._residual(x, layers["cross_attention_norm"], cross_attention)

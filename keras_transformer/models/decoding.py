@@ -117,7 +117,7 @@ def search_step(
     else:
         found = search.beam_search(
             step, first_log_probs, self_cache, max_lengths, buffer_length, beam_size, alpha,
-            reorder_cache=backbone.reorder_cache, **options,
+            reorder_cache=backbone.reorder_cache, expand_cache=backbone.expand_cache, **options,
         )
         found = (found[0], found[2]) if with_completion else found[0]  # without the scores
     tokens, complete = found if with_completion else (found, None)

@@ -58,6 +58,41 @@ def first_argmax(x):
     return ops.min(ops.where(is_max, ops.arange(vocab, dtype="int32"), vocab), axis=-1)
 
 
+def top_k(x, k: int, chunk: int = 128):
+    """`ops.top_k(x, k)` for a 2-D `x`: the same values and indices (ties
+    to the lower index, as `ops.top_k` on TensorFlow and JAX).
+
+    Beam search picks the best candidates of every sentence among beams x
+    vocabulary scores; XLA's top-k on a CPU reads every score of a row one by
+    one: measured here 7.7 ms for 8 of 32 x 128,000 scores (base, beam 4), a
+    tenth of a decoding step, against 1.7 ms this way. The k best values lie
+    in the k chunks of `chunk` values whose maxima are the highest, so one
+    vectorised pass finds those chunks and only they are searched.
+
+    Example:
+    >>> import numpy as np
+    >>> x = np.arange(1000, dtype="float32")[None, ::-1] % 300
+    >>> values, indices = top_k(x, 3, chunk=16)
+    >>> np.asarray(values).tolist(), np.asarray(indices).tolist()
+    ([[299.0, 299.0, 299.0]], [[100, 400, 700]])
+    """
+    length = ops.shape(x)[-1]
+    if length <= 4 * k * chunk:
+        return ops.top_k(x, k)
+    padding = -length % chunk
+    if padding:
+        x = ops.pad(x, ((0, 0), (0, padding)), constant_values=float("-inf"))
+    chunks = ops.reshape(x, (-1, (length + padding) // chunk, chunk))
+    _, best_chunks = ops.top_k(ops.max(chunks, axis=-1), k)
+    # In index order, so that the final top-k still resolves ties to the
+    # lowest index.
+    best_chunks = ops.sort(best_chunks, axis=-1)
+    candidates = ops.take_along_axis(chunks, best_chunks[:, :, None], axis=1)
+    values, position = ops.top_k(ops.reshape(candidates, (-1, k * chunk)), k)
+    indices = best_chunks[:, :, None] * chunk + ops.arange(chunk, dtype=best_chunks.dtype)[None, None, :]
+    return values, ops.take_along_axis(ops.reshape(indices, (-1, k * chunk)), position, axis=1)
+
+
 def _limit_lengths(max_lengths, buffer_length: int, with_completion: bool):
     """The end token is forced at `max_lengths`, or at the buffer's end
     unless the caller checks completion and searches again if needed."""
@@ -67,6 +102,10 @@ def _limit_lengths(max_lengths, buffer_length: int, with_completion: bool):
 
 def _reorder_whole(cache, rows, length):
     return keras.tree.map_structure(lambda c: ops.take(c, rows, axis=0), cache)
+
+
+def _repeat_rows(cache, beams):
+    return keras.tree.map_structure(lambda c: ops.repeat(c, beams, axis=0), cache)
 
 
 def _gather_rows(x, indices):
@@ -149,6 +188,7 @@ def beam_search(
     *,
     with_completion: bool = False,
     reorder_cache: Callable | None = None,
+    expand_cache: Callable | None = None,
 ):
     """Beam search as in section 6.1: keeps `beam_size` live hypotheses and a
     pool of the `beam_size` best finished ones, scored by log P(Y) / lp(Y),
@@ -159,7 +199,7 @@ def beam_search(
             rows, beams of one sentence next to each other.
         first_log_probs: `(batch, vocab)`, the scores of the first token.
         cache: the state of `step_fn` after the start token, for `batch` rows;
-            it is repeated for every beam here.
+            `expand_cache` makes it one for every beam.
         max_lengths: `(batch,)` int, the most tokens to generate for each
             sentence, end token included; the end token is forced there, so
             every sentence ends with finished hypotheses.
@@ -176,6 +216,9 @@ def beam_search(
             `cache` in the order `rows`; only the first `length` positions
             need to be right (the positions decoded so far). By default,
             every tensor of the cache is reordered whole.
+        expand_cache: `(cache, beam_size) -> cache` for `batch * beam_size`
+            rows that all continue the start token; by default every tensor
+            of the cache is repeated along its first axis.
 
     Returns:
         `(tokens, scores)`: the best finished hypothesis of each sentence,
@@ -185,8 +228,8 @@ def beam_search(
     """
     batch, vocab = ops.shape(first_log_probs)[0], ops.shape(first_log_probs)[1]
     k = beam_size
-    if reorder_cache is None:
-        reorder_cache = _reorder_whole
+    reorder_cache = reorder_cache or _reorder_whole
+    expand_cache = expand_cache or _repeat_rows
     max_lengths = _limit_lengths(max_lengths, buffer_length, with_completion)
     positions = ops.arange(buffer_length)[None, None, :]
 
@@ -199,7 +242,7 @@ def beam_search(
     )
     finished_tokens = alive_tokens
     finished_scores = ops.full((batch, k), NEG_INF, dtype="float32")
-    cache = keras.tree.map_structure(lambda c: ops.repeat(c, k, axis=0), cache)
+    cache = expand_cache(cache, k)
     first_log_probs = ops.repeat(first_log_probs[:, None, :], k, axis=1)
 
     def advance(index, log_probs, alive_tokens, alive_scores, finished_tokens, finished_scores):
@@ -209,7 +252,7 @@ def beam_search(
         log_probs = _forced_end(log_probs, index >= max_lengths, end_token_id)
         scores = ops.reshape(alive_scores[:, :, None] + log_probs, (batch, k * vocab))
         # 2k candidates always hold k that do not end here.
-        top_scores, top_ids = ops.top_k(scores, 2 * k)
+        top_scores, top_ids = top_k(scores, 2 * k)
         origin, token = top_ids // vocab, ops.cast(top_ids % vocab, "int32")
         tokens = _gather_rows(alive_tokens, origin)
         tokens = ops.where(positions == index, token[:, :, None], tokens)

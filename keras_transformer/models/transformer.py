@@ -21,10 +21,10 @@ from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy
 TOKEN_ID_KEYS = ("encoder_token_ids", "encoder_padding_mask", "decoder_token_ids")
 PAPER_BEAM_SIZE = 4  # section 6.1
 # Sentences end long before section 6.1's source + 50 limit (Multi30k: 13 to
-# 36 tokens), and every search step reads, and beam search reorders, the
-# whole output buffer. So `generate` first searches with a buffer this much
-# longer than the padded source, and searches again with the full buffer
-# only if a sentence was not finished within it.
+# 36 tokens), and every search step reads the whole output buffer. So
+# `generate` first searches with a buffer this much longer than the padded
+# source, and searches again with the full buffer only if a sentence was not
+# finished within it.
 FIRST_BUFFER_EXTRA = 16
 
 

@@ -2,6 +2,7 @@
 
 import keras
 import keras_hub
+from keras import ops
 
 from keras_transformer import special_tokens
 from keras_transformer.layers import (
@@ -11,7 +12,13 @@ from keras_transformer.layers import (
     ScaledSharedEmbedding,
     SinusoidalPositionEncoding,
 )
-from keras_transformer.layers.cached_attention import empty_keys_values, reorder_rows
+from keras_transformer.layers.cached_attention import (
+    empty_keys_values,
+    empty_slot_owners,
+    expand_to_beams,
+    record_position,
+    visible_slots,
+)
 from keras_transformer.layers.threefry_dropout import ThreefryDropout
 
 
@@ -248,44 +255,58 @@ class TransformerBackbone(keras_hub.models.Backbone):
         """Decodes the tokens at position `index` with cached keys and values.
 
         Args:
-            token_ids: `(batch, 1)` int tensor, the tokens at position `index`;
-                in beam search `batch` is sentences x beams, the beams of a
-                sentence next to each other.
+            token_ids: `(rows, 1)` int tensor, the tokens at position `index`;
+                `rows` is sentences, or in beam search sentences x beams (the
+                beams of a sentence next to each other).
             index: scalar int, their position in the target sequence.
             encoder_padding_mask: `(sentences, source_length)`.
-            self_attention_cache: per decoder layer, `(keys, values)` of the
-                positions decoded so far, each `(batch, num_heads, max_length,
-                head_dim)` (`empty_cache` makes it); position `index`'s are
-                written here.
+            self_attention_cache: as `empty_cache` makes it (and
+                `expand_cache` for beams): the keys and values of the
+                positions decoded so far; position `index`'s are written here.
             cross_attention_cache: `cross_attention_cache(encoder_output)`,
                 one copy per sentence, which all its beams read.
 
         Returns:
-            `(logits, self_attention_cache)`, logits `(batch, 1,
+            `(logits, self_attention_cache)`, logits `(rows, 1,
             vocabulary_size)`.
         """
+        layer_caches, slot_owners = self_attention_cache["layers"], self_attention_cache["slot_owners"]
+        # Keys have `length * beams` slots for `length` positions.
+        beams = ops.shape(layer_caches[0][0])[2] // ops.shape(slot_owners)[1]
+        slot_owners = record_position(slot_owners, index, beams)
+        visible = visible_slots(slot_owners, beams)
         x = self.embed(token_ids, self.decoder_embedding_dropout, start_index=index)
         caches = []
-        for block, self_cache, cross_cache in zip(self.decoder_blocks, self_attention_cache, cross_attention_cache):
-            x, self_cache = block.decode_step(x, index, self_cache, cross_cache, encoder_padding_mask)
+        for block, self_cache, cross_cache in zip(self.decoder_blocks, layer_caches, cross_attention_cache):
+            x, self_cache = block.decode_step(x, index, self_cache, cross_cache, encoder_padding_mask, visible)
             caches.append(self_cache)
         if self.decoder_final_norm is not None:
             x = self.decoder_final_norm(x)
-        return self.logits(x), tuple(caches)
+        return self.logits(x), {"slot_owners": slot_owners, "layers": tuple(caches)}
 
-    def reorder_cache(self, cache: tuple, rows, length) -> tuple:
-        """`cache` (as `decode_step` takes it) with its rows in the order of
-        `rows`, for the first `length` positions (beam search)."""
-        return tuple(reorder_rows(layer_cache, rows, length) for layer_cache in cache)
-
-    def empty_cache(self, batch_size, length) -> tuple:
-        """Zero self-attention keys and values for `length` positions, shaped
-        as `decode_step` takes them."""
+    def empty_cache(self, sentences, length) -> dict:
+        """The self-attention cache of one hypothesis per sentence, for
+        `length` positions, as `decode_step` takes it: each layer's keys and
+        values `(sentences, num_heads, length, head_dim)`, and which slot
+        holds each decoded position (`layers.cached_attention`)."""
         head_dim = self.hidden_dim // self.num_heads
-        return tuple(
-            empty_keys_values(batch_size, length, self.num_heads, head_dim, self.compute_dtype)
+        layers = tuple(
+            empty_keys_values(sentences, length, self.num_heads, head_dim, self.compute_dtype)
             for _ in range(self.num_decoder_layers)
         )
+        return {"slot_owners": empty_slot_owners(sentences, length), "layers": layers}
+
+    def expand_cache(self, cache: dict, beams: int) -> dict:
+        """A cache of one hypothesis per sentence as one of `beams`
+        hypotheses per sentence that share its history (beam search)."""
+        layers, slot_owners = expand_to_beams(cache["layers"], cache["slot_owners"], beams)
+        return {"slot_owners": slot_owners, "layers": layers}
+
+    def reorder_cache(self, cache: dict, rows, length) -> dict:
+        """`cache` with its hypotheses in the order of `rows` (beam search).
+        Only the table of which slot holds each position moves; the keys and
+        values stay where their beams wrote them."""
+        return {"slot_owners": ops.take(cache["slot_owners"], rows, axis=0), "layers": cache["layers"]}
 
     def get_config(self):
         config = super().get_config()
