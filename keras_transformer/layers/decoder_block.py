@@ -84,7 +84,7 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
 
     def cross_attention_cache(self, encoder_output) -> tuple:
         """Keys and values of the encoder output for the cross-attention,
-        each `(batch, heads, source_length, head_dim)`."""
+        laid out as `cached_attention.cache_keys_values` returns them."""
         return cache_keys_values(self.attention_layers()[1], encoder_output)
 
     def decode_step(

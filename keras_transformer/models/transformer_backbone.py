@@ -271,8 +271,8 @@ class TransformerBackbone(keras_hub.models.Backbone):
             vocabulary_size)`.
         """
         layer_caches, slot_owners = self_attention_cache["layers"], self_attention_cache["slot_owners"]
-        # Keys have `length * beams` slots for `length` positions.
-        beams = ops.shape(layer_caches[0][0])[2] // ops.shape(slot_owners)[1]
+        # Values have `length * beams` slots for `length` positions.
+        beams = ops.shape(layer_caches[0][1])[2] // ops.shape(slot_owners)[1]
         slot_owners = record_position(slot_owners, index, beams)
         visible = visible_slots(slot_owners, beams)
         x = self.embed(token_ids, self.decoder_embedding_dropout, start_index=index)
@@ -287,7 +287,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
     def empty_cache(self, sentences, length) -> dict:
         """The self-attention cache of one hypothesis per sentence, for
         `length` positions, as `decode_step` takes it: each layer's keys and
-        values `(sentences, num_heads, length, head_dim)`, and which slot
+        values (`cached_attention.empty_keys_values`), and which slot
         holds each decoded position (`layers.cached_attention`)."""
         head_dim = self.hidden_dim // self.num_heads
         layers = tuple(
