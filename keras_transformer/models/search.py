@@ -60,7 +60,8 @@ def first_argmax(x):
 
 def top_k(x, k: int, chunk: int = 128):
     """`ops.top_k(x, k)` for a 2-D `x`: the same values and indices (ties
-    to the lower index, as `ops.top_k` on TensorFlow and JAX).
+    to the lower index where `ops.top_k` resolves them so, as on TensorFlow
+    and JAX; `torch.topk` promises no order among ties).
 
     Beam search picks the best candidates of every sentence among beams x
     vocabulary scores, and XLA's top-k is slow on a CPU: measured here
@@ -71,10 +72,10 @@ def top_k(x, k: int, chunk: int = 128):
 
     Example:
     >>> import numpy as np
-    >>> x = np.arange(1000, dtype="float32")[None, ::-1] % 300
+    >>> x = (np.arange(1000) * 37 % 1000).astype("float32")[None]  # 0..999, shuffled
     >>> values, indices = top_k(x, 3, chunk=16)
     >>> np.asarray(values).tolist(), np.asarray(indices).tolist()
-    ([[299.0, 299.0, 299.0]], [[100, 400, 700]])
+    ([[999.0, 998.0, 997.0]], [[27, 54, 81]])
     """
     length = ops.shape(x)[-1]
     if length <= 4 * k * chunk:
