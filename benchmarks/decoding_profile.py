@@ -1,4 +1,4 @@
-"""Where a decoding step's time goes (TensorFlow with XLA, the default path).
+"""Where a decoding step's time goes (TensorFlow with XLA, the default path, or JAX).
 
     python -m benchmarks.decoding_profile --size base     # batch 32, 24 -> 24 tokens
 
@@ -70,6 +70,19 @@ def removals() -> dict:
     }
 
 
+def compiled(function):
+    """`function` compiled by XLA on the active backend."""
+    import keras
+
+    if keras.config.backend() == "jax":
+        import jax
+
+        return jax.jit(function)
+    import tensorflow as tf
+
+    return tf.function(function, jit_compile=True)
+
+
 def steady_seconds(function, repeats: int) -> float:
     function()
     times = []
@@ -87,10 +100,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--workdir", type=Path, default=REPO_ROOT / "benchmarks" / ".work")
     args = parser.parse_args(argv)
-    if os.environ.setdefault("KERAS_BACKEND", "tensorflow") != "tensorflow":
-        raise SystemExit("this profile times TensorFlow + XLA: run it with KERAS_BACKEND=tensorflow")
+    backend = os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    if backend not in ("tensorflow", "jax"):
+        raise SystemExit("this profile times a search compiled by XLA: run it with KERAS_BACKEND=tensorflow or jax")
 
-    import tensorflow as tf
     from keras import ops
 
     from benchmarks.checkpoint import build
@@ -100,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
 
     implementation = ProjectImplementation(build(args.size, args.workdir / args.size), "float32", args.threads)
     model = implementation.model
-    print(f"{args.size}, batch {BATCH}, {SOURCE_LENGTH} -> {NEW_TOKENS} tokens, TensorFlow + XLA, "
+    print(f"{args.size}, batch {BATCH}, {SOURCE_LENGTH} -> {NEW_TOKENS} tokens, {backend} + XLA, "
           f"{args.threads} threads (median of {args.repeats}):")
     print("| search | whole call s | per step ms | part taken out | saves per step ms | share |")
     print("| --- | --- | --- | --- | --- | --- |")
@@ -121,9 +134,9 @@ def main(argv: list[str] | None = None) -> None:
                 saved = (whole - decode()) / NEW_TOKENS * 1000
             print(f"| {label} | | | {name} | {saved:.1f} | {saved / (whole / NEW_TOKENS * 1000):.0%} |")
         sources = workload.sources()
-        encode = tf.function(lambda s: model.backbone.encode(s, ops.ones_like(s)), jit_compile=True)
+        encode = compiled(lambda s: model.backbone.encode(s, ops.ones_like(s)))
         source_ids = ops.convert_to_tensor(sources)
-        encoder_s = steady_seconds(lambda: encode(source_ids).numpy(), args.repeats)
+        encoder_s = steady_seconds(lambda: ops.convert_to_numpy(encode(source_ids)), args.repeats)
         print(f"| {label} | | | encoder (once per batch) | {encoder_s / NEW_TOKENS * 1000:.1f} | "
               f"{encoder_s / whole:.0%} |")
 

@@ -8,6 +8,7 @@ import platform
 import subprocess
 from pathlib import Path
 
+from benchmarks.machine_load import OtherLoad
 from benchmarks.workloads import SIZES, Train, headline_workloads, training_flops, workload_from_dict
 
 PACKAGES = ("keras", "keras-hub", "tensorflow", "jax", "jaxlib", "torch", "transformers", "ctranslate2", "numpy")
@@ -90,13 +91,15 @@ def render(context: dict, results: list[dict]) -> str:
     peak = (context.get("peak") or {}).get("peak_gflops")
     grouped = _by_label(results)
     lines = ["# Benchmark results (issue 14)", ""]
-    load = context["load_average_before"]
-    busy = load[0] > 0.5
-    if context["dev"] or busy:
+    loads = {when: OtherLoad(**context[key]) for when, key in
+             (("before it started", "other_load_before"), ("while it ran", "other_load_during"))
+             if context.get(key)}
+    disturbed = [f"{when}: {load.describe()}" for when, load in loads.items() if not load.quiet]
+    if context["dev"] or disturbed or not loads:
+        why = "; ".join(disturbed) if disturbed else "marked --dev" if context["dev"] else "not measurable here"
         lines += [
-            f"> **Machine was busy: development run** (load average {load[0]:.1f} / {load[1]:.1f} / "
-            f"{load[2]:.1f} on {context['machine']['cpu_count']} CPUs before it started). These numbers "
-            "only show that the harness works; they are **not** measurements to quote.",
+            f"> **Development run: other work shared the machine or was not measured** (other processes {why}). "
+            "These numbers only show that the harness works; they are **not** measurements to quote.",
             "",
         ]
     lines += [
@@ -112,6 +115,9 @@ def render(context: dict, results: list[dict]) -> str:
         + ".",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in context["versions"].items()),
     ]
+    if loads:
+        lines.append("- Other processes' CPU use (`benchmarks/machine_load.py`): "
+                     + "; ".join(f"{when} {load.describe()}" for when, load in loads.items()))
     imported = sorted({r["module_file"] for r in results if r.get("module_file")})
     if imported:
         lines.append("- `keras_transformer` imported from: " + ", ".join(f"`{path}`" for path in imported))
@@ -274,3 +280,19 @@ def render(context: dict, results: list[dict]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+APPENDED_HEADING = "## Profiles and other measurements"
+
+
+def appended_sections(text: str) -> str:
+    """The part of an existing RESULTS.md that `render` does not write (from
+    `APPENDED_HEADING` on: profiles and measurements of other scripts), so
+    that a new run keeps it.
+
+    Example:
+    >>> appended_sections("# Benchmark results\\n| a |\\n" + APPENDED_HEADING + "\\nkept\\n")
+    '## Profiles and other measurements\\nkept\\n'
+    """
+    start = text.find(APPENDED_HEADING)
+    return "" if start < 0 else text[start:]

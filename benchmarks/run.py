@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import report
+from benchmarks.machine_load import OtherLoadMeter, sample_other_load
 from benchmarks.workloads import SIZES, grid_workloads, headline_workloads, workload_to_dict
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -118,6 +119,8 @@ def parse_args(argv=None):
     parser.add_argument("--workdir", type=Path, default=BENCHMARKS / ".work")
     parser.add_argument("--output", type=Path, default=BENCHMARKS / "RESULTS.md")
     parser.add_argument("--dev", action="store_true", help="mark the results as a development run")
+    parser.add_argument("--quiet-check-seconds", type=float, default=10.0,
+                        help="how long other processes' CPU use is sampled before the run starts")
     parser.add_argument("--no-strict", action="store_true",
                         help="time float32 implementations even if their greedy outputs differ")
     return parser.parse_args(argv)
@@ -127,6 +130,8 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     command = "python -m benchmarks.run " + shlex.join(sys.argv[1:] if argv is None else argv)
     load_before = os.getloadavg()
+    other_load_before = sample_other_load(args.quiet_check_seconds)
+    meter = OtherLoadMeter().start()
     started = datetime.datetime.now(datetime.timezone.utc)
     args.workdir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **thread_environment(args.threads)}
@@ -181,11 +186,14 @@ def main(argv=None) -> None:
                 reference = prefix  # its .check.npy (greedy) and .scores.npy (teacher-forced)
                 result["is_reference"] = True
 
+    other_load_during = meter.stop()
     context = {
         "command": command,
         "started": started.isoformat(timespec="seconds"),
         "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "load_average_before": load_before,
+        "other_load_before": other_load_before and vars(other_load_before),
+        "other_load_during": other_load_during and vars(other_load_during),
         "dev": args.dev,
         "threads": args.threads,
         "pinned_cpus": cpus,
@@ -195,7 +203,8 @@ def main(argv=None) -> None:
         "thread_environment": thread_environment(args.threads),
     }
     (args.workdir / "results.json").write_text(json.dumps({"context": context, "results": results}, indent=1))
-    args.output.write_text(report.render(context, results))
+    kept = report.appended_sections(args.output.read_text()) if args.output.exists() else ""
+    args.output.write_text(report.render(context, results) + kept)
     print(f"[benchmarks] wrote {args.output}", flush=True)
 
 

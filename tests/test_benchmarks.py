@@ -2,6 +2,7 @@
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -71,13 +72,16 @@ def test_marian_weights_give_hugging_face_logits(tmp_path):
 @pytest.mark.slow
 def test_the_harness_runs_end_to_end(tmp_path):
     output = tmp_path / "RESULTS.md"
+    output.write_text("# old results\n| old |\n\n## Profiles and other measurements\n\nkept by hand\n")
     run.main([
         "--sizes", "micro", "--backends", keras.config.backend(), "--precisions", "float32",
         "--peers", "hf", "ct2-float32", "--repeats", "1", "--train-steps", "1", "--threads", "1",
-        "--dev", "--workdir", str(tmp_path / "work"), "--output", str(output),
+        "--dev", "--quiet-check-seconds", "1", "--workdir", str(tmp_path / "work"), "--output", str(output),
     ])
     text = output.read_text()
-    assert "development run" in text
+    assert "Development run" in text
+    assert "Other processes' CPU use" in text
+    assert "| old |" not in text and text.endswith("## Profiles and other measurements\n\nkept by hand\n")
     results = json.loads((tmp_path / "work" / "results.json").read_text())["results"]
     assert [r["job"]["label"] for r in results] == [
         "HF transformers MarianMT, torch float32",
@@ -96,8 +100,37 @@ def test_the_harness_runs_end_to_end(tmp_path):
     assert "## This project / fastest peer" in text
 
 
+def _busy_python(seconds: float, done: Path) -> str:
+    return (f"import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end: pass\n"
+            f"open({str(done)!r}, 'w').close()")
+
+
+def test_other_processes_cpu_use_is_measured_without_the_benchmarks_own(tmp_path):
+    import shlex
+    import subprocess
+
+    from benchmarks.machine_load import OtherLoadMeter
+
+    if OtherLoadMeter().start().stop() is None:
+        pytest.skip("no /proc/stat on this system")
+    # The benchmark's own worker: waited for, so not "other" work.
+    meter = OtherLoadMeter().start()
+    subprocess.run([sys.executable, "-c", _busy_python(1.0, tmp_path / "own")], check=True)
+    own = meter.stop()
+    # A process this one does not wait for (the shell leaves it running).
+    meter = OtherLoadMeter().start()
+    busy = shlex.join([sys.executable, "-c", _busy_python(1.0, tmp_path / "other")])
+    subprocess.run(["sh", "-c", busy + " &"], check=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "other").exists():
+        assert time.monotonic() < deadline, "the busy process did not finish"
+        time.sleep(0.05)
+    other = meter.stop()
+    assert other.cpu_seconds - own.cpu_seconds > 0.6, (own, other)
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="the decoding profile times TensorFlow + XLA")
+@pytest.mark.skipif(keras.config.backend() == "torch", reason="the decoding profile times a search compiled by XLA")
 def test_the_decoding_profile_takes_out_each_part(tmp_path, capsys):
     from benchmarks import decoding_profile
 
