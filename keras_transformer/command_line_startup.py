@@ -15,20 +15,31 @@ Keras, because two things only work before that import:
   Python's own stderr (warnings, errors, progress bars) writes to the real
   stderr directly.
 
+- Compiled programs are kept on disk between runs (TensorFlow's and JAX's
+  own persistent compilation caches), in
+  `$XDG_CACHE_HOME/keras_transformer/compiled/` (`~/.cache/...`), one folder
+  per backend version; `KERAS_TRANSFORMER_COMPILE_CACHE=DIR` puts them in
+  DIR, `=0` turns the cache off. Measured here (TensorFlow, multi30k_en_de,
+  beam 4, one core): the first compiled batch of a shape took 7.8 s in a
+  new process, 4.3 s with the program cached (the rest is tracing).
+
 `--verbose` (before the command, or after it except for `train`) or `KERAS_TRANSFORMER_VERBOSE=1`
 leaves everything as TensorFlow and JAX print it. Used as a library, the
 package changes nothing of this.
 """
 
 import atexit
+import importlib.metadata
 import io
 import logging
 import os
 import re
 import sys
 import threading
+from pathlib import Path
 
 VERBOSE_VARIABLE = "KERAS_TRANSFORMER_VERBOSE"
+COMPILE_CACHE_VARIABLE = "KERAS_TRANSFORMER_COMPILE_CACHE"
 BACKENDS = ("tensorflow", "jax", "torch")
 # Commands whose own --verbose means something else: train's is Keras'
 # verbosity (0, 1, 2), so there the global flag goes before the command.
@@ -101,6 +112,7 @@ def prepare(argv: list[str]) -> None:
     backend = "tensorflow" if command_of(argv) == "export" else option_value(argv, "--backend")
     if backend in BACKENDS:
         os.environ["KERAS_BACKEND"] = backend
+    use_compile_cache()
     if verbose_requested(argv):
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # older TensorFlow honours it
@@ -110,6 +122,48 @@ def prepare(argv: list[str]) -> None:
     for name in ("tensorflow", "absl", "jax"):
         logging.getLogger(name).setLevel(logging.ERROR)
     install_native_log_filter()
+
+
+def compile_cache_root() -> Path | None:
+    """Where compiled programs are kept (see the module docstring), or None
+    when `KERAS_TRANSFORMER_COMPILE_CACHE=0`."""
+    setting = os.environ.get(COMPILE_CACHE_VARIABLE, "")
+    if setting == "0":
+        return None
+    if setting:
+        return Path(setting).expanduser()
+    cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    return Path(cache_home).expanduser() / "keras_transformer" / "compiled"
+
+
+def use_compile_cache() -> None:
+    """Points TensorFlow's and JAX's persistent compilation caches at
+    `compile_cache_root()`, unless the user configured them already. Both
+    read these variables when they start, so this runs before they import.
+
+    A folder per library version: a program compiled by one XLA is never
+    loaded by another. (JAX's cache keys include its version; TensorFlow's
+    are a fingerprint of the program only.)
+    """
+    root = compile_cache_root()
+    if root is None:
+        return
+    for library, variable, flag in (
+        ("tensorflow", "TF_XLA_FLAGS", "--tf_xla_persistent_cache_directory"),
+        ("jaxlib", "JAX_COMPILATION_CACHE_DIR", None),
+    ):
+        try:
+            folder = root / f"{library}-{importlib.metadata.version(library)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        current = os.environ.get(variable, "")
+        if (flag in current) if flag else current:
+            continue  # the user's own setting
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return  # an unwritable home: run without the cache
+        os.environ[variable] = f"{current} {flag}={folder}".strip() if flag else str(folder)
 
 
 def install_native_log_filter() -> None:

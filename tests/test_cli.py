@@ -21,12 +21,22 @@ pytestmark = pytest.mark.slow  # each test starts Python and TensorFlow (~5-15 s
 NATIVE_LOG = re.compile(r"^(WARNING: All log messages before absl|[IWEF]\d{4} |To enable the following instructions)")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def compile_cache(tmp_path_factory):
+    """The commands keep compiled programs in a folder of this test run, not
+    in the user's cache."""
+    folder = tmp_path_factory.mktemp("compiled")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KERAS_TRANSFORMER_COMPILE_CACHE", str(folder))
+        yield folder
+
+
 def run_cli(*args, stdin="", cwd=None, **environment):
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-        **environment,
     )
+    env.update(environment)
     env.pop("KERAS_TRANSFORMER_DEBUG", None)
     return subprocess.run(
         [sys.executable, "-m", "keras_transformer.cli", *map(str, args)],
@@ -179,6 +189,26 @@ def test_compiled_and_eager_translations_agree(preset):
     eager = run_cli("translate", "--preset", preset, "--compile", "no", *sentences)
     assert compiled.returncode == 0 and eager.returncode == 0, compiled.stderr + eager.stderr
     assert compiled.stdout == eager.stdout and len(eager.stdout.splitlines()) == 2
+
+
+@pytest.mark.skipif(os.environ.get("KERAS_BACKEND", "tensorflow") == "torch", reason="PyTorch decodes eagerly")
+def test_a_compiled_search_is_kept_on_disk_and_reused(preset, tmp_path):
+    import keras
+
+    library = {"tensorflow": "tensorflow", "jax": "jaxlib"}[keras.config.backend()]
+    environment = {"KERAS_TRANSFORMER_COMPILE_CACHE": str(tmp_path), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    args = ("translate", "--preset", preset, "--compile", "yes", "a dog runs .")
+    first = run_cli(*args, **environment)
+    assert first.returncode == 0, first.stderr
+    (folder,) = tmp_path.glob(f"{library}-*")
+    programs = sorted(p.name for p in folder.rglob("*") if p.is_file())
+    assert programs, f"nothing compiled was kept in {folder}"
+    second = run_cli(*args, **environment)
+    assert second.returncode == 0 and second.stdout == first.stdout, second.stderr
+    assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == programs  # reused, not compiled again
+
+    off = run_cli(*args, KERAS_TRANSFORMER_COMPILE_CACHE="0", TF_XLA_FLAGS="", JAX_COMPILATION_CACHE_DIR="")
+    assert off.returncode == 0 and off.stdout == first.stdout, off.stderr
 
 
 @pytest.mark.parametrize("precision", ["bfloat16", "int8"])
