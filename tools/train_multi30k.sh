@@ -20,6 +20,9 @@
 #   PRESETS (default keras_transformer/presets), KERAS_BACKEND. Re-running resumes an unfinished run;
 #   TRAIN=0 skips training and averages and scores the checkpoints there are;
 #   LAST=K averages the last K checkpoints instead of 10.
+#   TEXT=lctok: a control run, not a preset: the same recipe on the lower-cased,
+#   Moses-tokenized files (as Wu et al. trained), in RUNS/multi30k_en_TGT_lctok,
+#   scored by BLEU on that tokenized text against the tokenized references.
 set -euo pipefail
 
 DATA="${KERAS_TRANSFORMER_DATA:-../shared/data}/multi30k"
@@ -36,11 +39,17 @@ LANGUAGES=("$@")
 for tgt in "${LANGUAGES[@]}"; do
     run="$RUNS/multi30k_en_$tgt"
     preset="$PRESETS/multi30k_en_$tgt"
+    src_file() { echo "$DATA/raw/$1.$2.gz"; }
+    if [ "${TEXT:-raw}" = lctok ]; then
+        run="${run}_lctok"
+        preset="$run/preset_float32"
+        src_file() { echo "$DATA/tok/$1.lc.norm.tok.$2.gz"; }
+    fi
 
     if [ "${TRAIN:-1}" != 0 ]; then
         "${KT[@]}" train \
-            --src "$DATA/raw/train.en.gz" --tgt "$DATA/raw/train.$tgt.gz" \
-            --valid-src "$DATA/raw/val.en.gz" --valid-tgt "$DATA/raw/val.$tgt.gz" \
+            --src "$(src_file train en)" --tgt "$(src_file train "$tgt")" \
+            --valid-src "$(src_file val en)" --valid-tgt "$(src_file val "$tgt")" \
             --preset transformer_tiny --vocab-size 10000 \
             --tokens-per-batch 8000 --max-steps 8000 \
             --warmup-steps 2000 --peak-lr 0.005 --label-smoothing 0.1 \
@@ -49,6 +58,14 @@ for tgt in "${LANGUAGES[@]}"; do
             --seed 1 --out "$run"
     fi
 
+    if [ "${TEXT:-raw}" = lctok ]; then
+        "${KT[@]}" average "$run" --last "${LAST:-10}" --out "$preset" --overwrite
+        "${KT[@]}" translate --preset "$preset" --beam-size 5 --alpha 0.6 --quiet \
+            --input "$(src_file test_2016_flickr en)" > "$run/test_2016_flickr.hyp.$tgt"
+        sacrebleu <(zcat "$(src_file test_2016_flickr "$tgt")") --tokenize none --force \
+            --input "$run/test_2016_flickr.hyp.$tgt" | tee "$run/test_2016_flickr.bleu.json"
+        continue
+    fi
     "${KT[@]}" average "$run" --last "${LAST:-10}" --out "$preset" --overwrite --weights-dtype float16
     "${KT[@]}" average "$run" --last "${LAST:-10}" --out "$run/preset_float32" --overwrite
 
