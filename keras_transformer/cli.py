@@ -14,6 +14,7 @@ starts, by `keras_transformer.command_line_startup`.
 import argparse
 import importlib
 import os
+import shutil
 import sys
 
 from keras_transformer import command_line_startup
@@ -109,6 +110,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         print(f"keras-transformer {args.command}: interrupted.", file=sys.stderr)
+        return 1
+    except Exception as error:
+        cache = command_line_startup.unreadable_compile_cache(error)
+        if cache is None or os.environ.get("KERAS_TRANSFORMER_DEBUG"):
+            raise
+        # Only a cache: emptying it costs a compilation, keeping it fails every run.
+        shutil.rmtree(cache, ignore_errors=True)
+        print(
+            f"keras-transformer {args.command}: error: a compiled program kept in {cache} could not be read "
+            f"({_sentence(error).rstrip('.')}); that folder was emptied, so the command compiles afresh when run again.",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -21,7 +21,9 @@ Keras, because two things only work before that import:
   per backend version; `KERAS_TRANSFORMER_COMPILE_CACHE=DIR` puts them in
   DIR, `=0` turns the cache off. Measured here (TensorFlow, multi30k_en_de,
   beam 4, one core): the first compiled batch of a shape took 7.8 s in a
-  new process, 4.3 s with the program cached (the rest is tracing).
+  new process, 4.3 s with the program cached (the rest is tracing). A
+  damaged file there stops TensorFlow (JAX warns and compiles): the command
+  then says so in one sentence and empties the folder (`cli.main`).
 
 `--verbose` (before the command, or after it except for `train`) or `KERAS_TRANSFORMER_VERBOSE=1`
 leaves everything as TensorFlow and JAX print it. Used as a library, the
@@ -164,6 +166,18 @@ def use_compile_cache() -> None:
         except OSError:
             return  # an unwritable home: run without the cache
         os.environ[variable] = f"{current} {flag}={folder}".strip() if flag else str(folder)
+
+
+def unreadable_compile_cache(error: BaseException) -> Path | None:
+    """TensorFlow's cache folder when `error` is TensorFlow failing to read
+    a compiled program from it (a damaged file: TensorFlow stops there,
+    where JAX warns and compiles), else None."""
+    reading_failed = type(error).__name__ in ("OutOfRangeError", "DataLossError")
+    if not (reading_failed and type(error).__module__.startswith("tensorflow")):
+        return None
+    flag = "--tf_xla_persistent_cache_directory="
+    folders = [f[len(flag):] for f in os.environ.get("TF_XLA_FLAGS", "").split() if f.startswith(flag)]
+    return Path(folders[-1]) if folders else None
 
 
 def install_native_log_filter() -> None:

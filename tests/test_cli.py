@@ -211,6 +211,24 @@ def test_a_compiled_search_is_kept_on_disk_and_reused(preset, tmp_path):
     assert off.returncode == 0 and off.stdout == first.stdout, off.stderr
 
 
+@pytest.mark.skipif(os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow",
+                    reason="JAX warns about a damaged cache entry and compiles; TensorFlow stops")
+def test_a_damaged_compiled_program_is_one_sentence_and_the_next_run_works(preset, tmp_path):
+    args = ("translate", "--preset", preset, "--compile", "yes", "a dog runs .")
+    first = run_cli(*args, KERAS_TRANSFORMER_COMPILE_CACHE=str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    programs = list(tmp_path.glob("tensorflow-*/*.pb"))
+    assert programs
+    for program in programs:
+        program.write_bytes(program.read_bytes()[:1000])  # as a full disk or a crashed copy would leave it
+
+    damaged = run_cli(*args, KERAS_TRANSFORMER_COMPILE_CACHE=str(tmp_path))
+    assert_user_error(damaged, "translate", "could not be read", str(programs[0].parent))
+    assert not any(program.exists() for program in programs)
+    again = run_cli(*args, KERAS_TRANSFORMER_COMPILE_CACHE=str(tmp_path))
+    assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
+
+
 @pytest.mark.parametrize("precision", ["bfloat16", "int8"])
 def test_translate_precision_loads_the_preset_in_that_precision(preset, precision):
     from keras_transformer.commands.translate import load_model
