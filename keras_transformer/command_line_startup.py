@@ -176,8 +176,10 @@ def unreadable_compile_cache(error: BaseException) -> Path | None:
     if not (reading_failed and type(error).__module__.startswith("tensorflow")):
         return None
     flag = "--tf_xla_persistent_cache_directory="
-    folders = [f[len(flag):] for f in os.environ.get("TF_XLA_FLAGS", "").split() if f.startswith(flag)]
-    return Path(folders[-1]) if folders else None
+    folders = [Path(f[len(flag):]) for f in os.environ.get("TF_XLA_FLAGS", "").split() if f.startswith(flag)]
+    root = compile_cache_root()
+    # Only a folder this package chose: a cache the user set up is theirs to clear.
+    return folders[-1] if folders and root is not None and root in folders[-1].parents else None
 
 
 def install_native_log_filter() -> None:
