@@ -136,7 +136,8 @@ def render(context: dict, results: list[dict]) -> str:
         "end token suppressed; sentences/s. Training: 128 pairs of 32 + 32 tokens, source + target tokens/s, "
         "model FLOPs utilisation (MFU) = counted model FLOPs (3x forward, see "
         "`benchmarks/workloads.py:training_flops`) / step time / matmul peak. Steady state = median of "
-        "the timed calls after the first; the first call (compilation) is listed separately.",
+        "the timed calls after the first (training: a call of 1 + N steps minus a call of 1 step, over N, "
+        "so that a call's set-up is not counted as training); the first call (compilation) is listed separately.",
         "",
     ]
 

@@ -324,7 +324,21 @@ def token_batches(
         drop_remainder=drop_remainder,
     )
     dataset = dataset.map(_to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return without_autotuning(dataset.prefetch(2))
+
+
+def without_autotuning(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """`dataset` with tf.data's autotuner off.
+
+    The autotuner's background thread competes with the training step for
+    the CPU. Measured on a 2-core machine: the train command's TensorFlow
+    update on Multi30k 2.02-2.08 s with it, 1.95-1.96 s without; a JAX
+    step fed from arrays through a default pipeline 2.05 s against
+    1.05-1.1 s. Padding a few hundred short rows per batch needs no tuning.
+    """
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
 
 
 def weight_by_update(dataset: tf.data.Dataset, micro_batches: int) -> tf.data.Dataset:

@@ -31,6 +31,19 @@ def test_workloads_are_deterministic_and_end_with_the_end_token():
     np.testing.assert_array_equal(arrays["decoder_input"][:, 1:], arrays["labels"][:, :-1])
 
 
+def test_a_training_step_is_timed_without_the_calls_set_up():
+    from benchmarks.worker import measure
+
+    class SlowToStart:
+        """Each call pays 0.2 s of set-up, then 0.05 s a step."""
+
+        def train(self, workload, steps):
+            time.sleep(0.2 + 0.05 * steps)
+
+    entry = measure(SlowToStart(), Train("micro", 2, 3, 3), repeats=1, train_steps=4)
+    assert 0.04 < entry["steady_s"] < 0.09  # with the set-up in, 0.1 a step or more
+
+
 def test_training_flops_of_the_base_model():
     # 6 FLOPs per weight per token it sees: 128 x 32 source tokens through the
     # encoder (19M weights), 128 x 32 target tokens through the decoder (25M)

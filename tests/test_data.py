@@ -114,6 +114,17 @@ def test_batches_are_bucketed_by_tokens(corpus_tokenizer):
     assert len(shapes) <= len(buckets)
 
 
+def test_batches_are_made_without_the_autotuner_after_every_step(corpus_tokenizer):
+    # tf.data's autotuner competes with the training step for the CPU
+    # (data.without_autotuning); the options must survive the steps that
+    # the train command adds after token_batches.
+    sources, targets = random_corpus(50)
+    pairs = data.tokenize_pairs(sources, targets, corpus_tokenizer, max_length=64)
+    batches = data.token_batches(pairs, 256, repeat=True, seed=3)
+    assert batches.options().autotune.enabled is False
+    assert data.weight_by_update(batches, 2).options().autotune.enabled is False
+
+
 def test_batches_hold_every_pair_once_in_the_model_layout(corpus_tokenizer):
     sources, targets = random_corpus(100)
     pairs = data.tokenize_pairs(sources, targets, corpus_tokenizer, max_length=64)
