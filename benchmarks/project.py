@@ -32,8 +32,8 @@ import keras  # noqa: E402
 from keras import ops  # noqa: E402
 
 import keras_transformer  # noqa: E402
-from keras_transformer import text_libraries  # noqa: E402
-from keras_transformer import Transformer, TransformerBackbone  # noqa: E402
+from keras_transformer import Transformer, TransformerBackbone, text_libraries  # noqa: E402
+from keras_transformer.data import without_autotuning  # noqa: E402
 
 IMPORT_S = time.perf_counter() - _start
 
@@ -132,8 +132,12 @@ class ProjectImplementation:
             "decoder_token_ids": repeat(arrays["decoder_input"]),
             "decoder_padding_mask": np.ones_like(repeat(arrays["decoder_input"])),
         }
-        # KerasHub's `Task.fit` sends arrays through tf.data or grain even
-        # without a preprocessor; where neither is installed (the GPU
-        # machine), Keras' own `fit` takes the arrays.
-        fit = type(self.model).fit if text_libraries.tf is not None else keras.Model.fit
-        fit(self.model, x, repeat(arrays["labels"]), batch_size=workload.batch, epochs=1, verbose=0, shuffle=False)
+        tf = text_libraries.tf
+        if tf is None:  # the GPU machine: Keras' own `fit` takes the arrays
+            keras.Model.fit(self.model, x, repeat(arrays["labels"]), batch_size=workload.batch, epochs=1, verbose=0, shuffle=False)
+            return
+        # A tf.data pipeline as the train command's (`data.token_batches`):
+        # arrays given to `fit` go through KerasHub's pipeline, whose
+        # autotuner slows a JAX step on 2 cores (`data.without_autotuning`).
+        batches = tf.data.Dataset.from_tensor_slices((x, repeat(arrays["labels"]))).batch(workload.batch)
+        self.model.fit(without_autotuning(batches), epochs=1, verbose=0)

@@ -112,8 +112,8 @@ def measure(implementation: Implementation, workload, repeats: int, train_steps:
     def seconds_per_step() -> float:
         # The marginal time of `train_steps` more steps in one call: what a
         # long training run pays a step, without a call's set-up, which
-        # differs by implementation (Keras' `fit` builds its dataset and
-        # iterator on every call, measured here 0.4 s, a tiny step's half;
+        # differs by implementation (`fit` given arrays built a tf.data
+        # pipeline on every call, measured here 0.4 s, a tiny step's half;
         # the peers' plain loops have none).
         one_step, _ = timed(implementation.train, workload, 1)
         more_steps, _ = timed(implementation.train, workload, 1 + train_steps)
