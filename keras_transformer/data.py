@@ -334,7 +334,7 @@ def without_autotuning(dataset: tf.data.Dataset) -> tf.data.Dataset:
     the CPU. Measured on a 2-core machine: the train command's TensorFlow
     update on Multi30k 2.02-2.08 s with it, 1.95-1.96 s without; a JAX
     step fed from arrays through a default pipeline 2.05 s against
-    1.05-1.1 s. Padding a few hundred short rows per batch needs no tuning.
+    1.05-1.15 s. Padding a few hundred short rows per batch needs no tuning.
     """
     options = tf.data.Options()
     options.autotune.enabled = False
