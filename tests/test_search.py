@@ -70,6 +70,19 @@ def test_wide_beam_finds_the_best_hypothesis(seed, alpha):
     assert scores[0] == pytest.approx(best_score, rel=1e-4)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_steps_may_return_logits_the_search_normalises_them(seed):
+    """A constant added to every score of a row (logits instead of log P)
+    changes neither the translations nor beam search's log P / lp scores."""
+    table = markov_table(seed)
+    logits = table + np.random.RandomState(seed).normal(0, 5, (VOCAB, 1)).astype("float32")
+    np.testing.assert_array_equal(run(logits, greedy_search, batch=2), run(table, greedy_search, batch=2))
+    tokens, scores = run(logits, beam_search, max_length=4, beam_size=40, alpha=0.6)
+    best, best_score = brute_force_best(table, 4, 0.6)
+    assert tokens_of(tokens[0]) == best
+    assert scores[0] == pytest.approx(best_score, rel=1e-4)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_beam_size_one_without_length_penalty_equals_greedy(seed):
     table = markov_table(seed)
@@ -128,7 +141,7 @@ def test_first_argmax_is_argmax_with_ties_to_the_first_index():
     np.testing.assert_array_equal(ops.convert_to_numpy(first_argmax(scores)), expected)
 
 
-@pytest.mark.parametrize("length", [128_000, 8_000 * 4 + 37])  # whole chunks, and a padded last chunk
+@pytest.mark.parametrize("length", [128_000, 4 * 58_101, 32_003])  # chunks of 128, of 107, padded (prime)
 def test_top_k_by_chunks_equals_a_stable_top_k(length):
     from keras_transformer.models.search import top_k
 

@@ -102,21 +102,21 @@ def search_step(
     logits, self_cache = backbone.decode_step(
         start, 0, source_mask, backbone.empty_cache(batch, buffer_length), cross_cache
     )
-    first_log_probs = ops.log_softmax(ops.cast(logits[:, 0, :], "float32"))
+    first_logits = ops.cast(logits[:, 0, :], "float32")
 
     def step(token_ids, index, cache):
         logits, cache = backbone.decode_step(token_ids, index, source_mask, cache, cross_cache)
-        return ops.log_softmax(ops.cast(logits[:, 0, :], "float32")), cache
+        return ops.cast(logits[:, 0, :], "float32"), cache
 
     options = dict(
         start_token_id=start_token_id, end_token_id=end_token_id, pad_token_id=pad_token_id,
         with_completion=with_completion,
     )
     if beam_size is None:
-        found = search.greedy_search(step, first_log_probs, self_cache, max_lengths, buffer_length, **options)
+        found = search.greedy_search(step, first_logits, self_cache, max_lengths, buffer_length, **options)
     else:
         found = search.beam_search(
-            step, first_log_probs, self_cache, max_lengths, buffer_length, beam_size, alpha,
+            step, first_logits, self_cache, max_lengths, buffer_length, beam_size, alpha,
             reorder_cache=backbone.reorder_cache, expand_cache=backbone.expand_cache, **options,
         )
         found = (found[0], found[2]) if with_completion else found[0]  # without the scores
