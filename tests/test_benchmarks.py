@@ -183,3 +183,26 @@ def test_the_gpu_benchmark_runs_without_tensorflow_or_ctranslate2(tmp_path):
     assert len(decoders) == 2 and all(r["check"]["sentences_equal"] == 1.0 for r in decoders)
     assert all(len(r["workloads"]) == 2 for r in decoders)  # greedy and beam 4, timed after the check
     assert (tmp_path / "GPU.md").read_text().count("| this project") == 6
+
+
+@pytest.mark.slow
+def test_the_operation_profile_attributes_every_part_of_a_decoding_call(tmp_path):
+    # Its own process: XLA reads the profiling and dumping flags when it starts.
+    import os
+    import subprocess
+    import sys
+
+    environment = dict(os.environ, KERAS_BACKEND="tensorflow")
+    command = [sys.executable, "-m", "benchmarks.decoding_ops", "--size", "micro", "--calls", "1", "--threads", "1",
+               "--workdir", str(tmp_path)]
+    root = Path(__file__).resolve().parents[1]
+    output = subprocess.run(command, env=environment, capture_output=True, text=True, check=True, cwd=root).stdout
+    milliseconds = {
+        row[0]: float(row[1])
+        for row in ([cell.strip() for cell in line.strip("|").split("|")] for line in output.splitlines())
+        if row[0] in ("output projection", "feed-forward", "attention projections", "attention products",
+                      "other work in the loop", "once per batch")
+    }
+    assert len(milliseconds) == 6, output
+    assert all(ms > 0 for ms in milliseconds.values()), output  # each found among the operations
+    assert "a call; operations cover" in output
