@@ -139,8 +139,12 @@ def main(argv: list[str] | None = None) -> None:
     backend = os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     if backend not in ("tensorflow", "jax"):
         raise SystemExit("this profile reads XLA's operations: run it with KERAS_BACKEND=tensorflow or jax")
-    dump = tempfile.mkdtemp(prefix="decoding_ops_hlo_")
-    logdir = tempfile.mkdtemp(prefix="decoding_ops_trace_")
+    with tempfile.TemporaryDirectory(prefix="decoding_ops_") as scratch:
+        profile(args, backend, dump=os.path.join(scratch, "hlo"), logdir=os.path.join(scratch, "trace"))
+
+
+def profile(args: argparse.Namespace, backend: str, dump: str, logdir: str) -> None:
+    """Decodes under the profiler and prints the table (XLA's program dumped to `dump`)."""
     # Read when XLA starts, so before the backend is imported.
     os.environ["XLA_FLAGS"] = " ".join(
         [os.environ.get("XLA_FLAGS", ""), "--xla_cpu_enable_xprof_traceme=true", f"--xla_dump_to={dump}",
@@ -170,6 +174,9 @@ def main(argv: list[str] | None = None) -> None:
         if name in roles:  # an operation, not a call or a wait around them
             by_role[roles[name]] += seconds / args.calls
     covered = sum(by_role.values())
+    if not covered:
+        raise SystemExit("the profile holds no event of the search's operations: does this XLA support "
+                         "--xla_cpu_enable_xprof_traceme?")
     search = "greedy" if beam_size is None else f"beam {beam_size}"
     print(f"{args.size}, {search}, batch {BATCH}, {SOURCE_LENGTH} -> {NEW_TOKENS} tokens, {backend} + XLA, "
           f"{args.threads} threads: {call_s:.3f} s a call; operations cover {covered / call_s:.0%} of it")
