@@ -257,8 +257,8 @@ class TransformerBackbone(keras_hub.models.Backbone):
         side by side. Measured here (2 threads, 128 rows of 512 by E^T):
         77.6 ms as one product, 41.8 ms in quarters for 32,000 tokens, 136.6
         and 77.5 ms for Opus-MT's 58,101; a base beam-4 batch 3.54 -> 2.31 s,
-        the same tokens. Quarters were slower with 32 rows (10.1 against
-        16.1 ms) and for 8,000 tokens (1.85 against 1.92 ms), and on
+        the same tokens. Quarters were slower with 32 rows (16.1 against
+        10.1 ms) and for 8,000 tokens (1.92 against 1.85 ms), and on
         TensorFlow one product is the fastest at every size (28.3 ms).
         """
         embedding = self.token_embedding
