@@ -101,6 +101,22 @@ def test_fit_on_token_ids_without_preprocessor(tokenizer):
     assert (out["decoder_token_ids"][:, 0] == tokenizer.start_token_id).all()
 
 
+def test_the_first_fit_runs_the_training_step_function_once(tokenizer, monkeypatch):
+    # Compiled backends trace `train_step` once per program; before the
+    # optimizer was built ahead of the first step, TensorFlow traced it twice
+    # (once to create the optimizer's variables), doubling the first call.
+    model = make_model(tokenizer)
+    model.compile()
+    x, y, w = model.preprocessor({"encoder_text": [p[0] for p in PAIRS], "decoder_text": [p[1] for p in PAIRS]})
+    x, y, w = keras.tree.map_structure(ops.convert_to_numpy, (x, y, w))
+    calls = []
+    original = kt.Transformer.train_step
+    monkeypatch.setattr(kt.Transformer, "train_step", lambda self, *args: calls.append(1) or original(self, *args))
+    model.fit(x, y, sample_weight=w, batch_size=len(PAIRS), epochs=1, verbose=0)
+    assert len(calls) == 1
+    assert int(ops.convert_to_numpy(model.optimizer.iterations)) == 1
+
+
 @pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="Threefry masks are for TensorFlow + XLA")
 @pytest.mark.parametrize("jit_compile", [True, False])
 def test_every_dropout_of_a_compiled_training_step_draws_threefry_masks(tokenizer, jit_compile):

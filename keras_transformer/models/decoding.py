@@ -154,7 +154,12 @@ def compiled_search(model: keras.Model, jit_compile: bool, **config) -> Callable
     if backend == "tensorflow":
         import tensorflow as tf
 
-        return tf.function(function, jit_compile=jit_compile)
+        # The search is written with `ops.while_loop` and has no Python
+        # control flow on tensors, so AutoGraph has nothing to convert; left
+        # on, rewriting the source of every function the trace enters took
+        # half of the first call (multi30k_en_de, one sentence, beam 4: 5.05
+        # -> 2.43 s without XLA, 7.23 -> 4.41 s with it).
+        return tf.function(function, jit_compile=jit_compile, autograph=False)
     if backend == "jax":
         import jax
 

