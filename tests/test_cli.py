@@ -172,14 +172,14 @@ def test_translate_reads_a_file_one_line_per_line(preset, tmp_path):
 def test_translate_compiles_the_search_only_where_it_pays():
     import keras
 
-    from keras_transformer.commands.translate import _compile_search
+    from keras_transformer.commands.translate import EAGER_MAX_SENTENCES, _compile_search
 
     def compiles(total, compile="auto"):
         return _compile_search(argparse.Namespace(compile=compile, batch_size=32), total)
 
     on_tensorflow = keras.config.backend() == "tensorflow"
-    assert compiles(32) is not on_tensorflow  # one batch: eager on TensorFlow
-    assert compiles(33) and compiles(None)  # more, or unknown (standard input)
+    assert compiles(EAGER_MAX_SENTENCES) is not on_tensorflow  # a few sentences: eager on TensorFlow
+    assert compiles(EAGER_MAX_SENTENCES + 1) and compiles(32) and compiles(None)  # more, or unknown (standard input)
     assert compiles(1, "yes") and not compiles(1000, "no")
 
 
