@@ -1,3 +1,6 @@
+import gc
+import weakref
+
 import keras
 import keras_hub
 import numpy as np
@@ -5,6 +8,7 @@ import pytest
 from keras import ops
 
 import keras_transformer as kt
+from keras_transformer import library_internals
 from conftest import PAIRS, TINY_CONFIG, make_model, random_algorithms
 
 
@@ -166,8 +170,12 @@ def test_quantize_int8_quantizes_the_backbone_and_recompiles_the_search(trained_
     sources = [p[0] for p in PAIRS]
     model.translate(sources)  # compiles a float32 search, which quantize must drop
     float_logits = logits_of(model)
+    ffn_inner = library_internals.block_sublayers(model.backbone.decoder_blocks[0])["ffn_inner"]
+    float_kernel = weakref.ref(ffn_inner.kernel)
     model.quantize("int8")  # keras.Model.quantize would refuse the tokenizer
     assert any(w.dtype == "int8" for w in model.backbone.weights)
+    # The replaced float weights are freed, and the collector is as it was.
+    assert float_kernel() is None and gc.get_freeze_count() == 0
     assert not model._search_functions.functions
     int8_logits = logits_of(model)
     # Changed by the quantization, but by a few percent of the logits' range.
