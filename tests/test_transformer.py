@@ -170,12 +170,18 @@ def test_quantize_int8_quantizes_the_backbone_and_recompiles_the_search(trained_
     sources = [p[0] for p in PAIRS]
     model.translate(sources)  # compiles a float32 search, which quantize must drop
     float_logits = logits_of(model)
+    ids = np.arange(8)[None, :]
+    float_embedded = ops.convert_to_numpy(model.backbone.token_embedding(ids))
     ffn_inner = library_internals.block_sublayers(model.backbone.decoder_blocks[0])["ffn_inner"]
     float_kernel = weakref.ref(ffn_inner.kernel)
     model.quantize("int8")  # keras.Model.quantize would refuse the tokenizer
     assert any(w.dtype == "int8" for w in model.backbone.weights)
     # The replaced float weights are freed, and the collector is as it was.
     assert float_kernel() is None and gc.get_freeze_count() == 0
+    # E too (the largest weight); its lookups keep the sqrt(d_model) scale.
+    assert model.backbone.token_embedding.quantization_mode == "int8"
+    embedded = ops.convert_to_numpy(model.backbone.token_embedding(ids))
+    assert np.abs(embedded - float_embedded).max() < 0.02 * np.abs(float_embedded).max()
     assert not model._search_functions.functions
     int8_logits = logits_of(model)
     # Changed by the quantization, but by a few percent of the logits' range.

@@ -44,7 +44,20 @@ class ScaledSharedEmbedding(keras.layers.ReversibleEmbedding):
         self.scale = math.sqrt(output_dim)
 
     def call(self, inputs, reverse: bool = False):
-        outputs = super().call(inputs, reverse=reverse)
+        return self._scaled(super().call(inputs, reverse=reverse), reverse)
+
+    def quantized_call(self, inputs, reverse: bool = False):
+        return self._scaled(super().quantized_call(inputs, reverse=reverse), reverse)
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        # Keras refuses to quantize a subclass of `ReversibleEmbedding`, whose
+        # `call` it cannot vouch for; this one only scales the lookup, which
+        # `quantized_call` does too. Unquantized, the output projection
+        # (`d_model x vocabulary`, the largest weight) streamed 4 bytes a
+        # weight from memory at every decoding step.
+        super().quantize(mode, type_check=False, config=config)
+
+    def _scaled(self, outputs, reverse: bool):
         if reverse:
             return outputs
         return outputs * ops.cast(self.scale, outputs.dtype)
