@@ -189,6 +189,22 @@ def test_quantize_int8_quantizes_the_backbone_and_recompiles_the_search(trained_
     assert all(isinstance(t, str) for t in model.translate(sources))
 
 
+def test_quantize_freezes_the_collector_only_when_nobody_else_did():
+    from keras_transformer.models.transformer import _older_objects_left_out_of_collections
+
+    with _older_objects_left_out_of_collections():
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # a caller's own freeze (e.g. before forking workers) stays
+    try:
+        frozen = gc.get_freeze_count()
+        with _older_objects_left_out_of_collections():
+            pass
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+
+
 def test_preprocessor_never_cuts_silently(tokenizer):
     long_text = " ".join(["a dog runs ."] * 20)
     warn = kt.TransformerPreprocessor(tokenizer, 8, 8)
