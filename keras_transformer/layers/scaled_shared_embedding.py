@@ -18,7 +18,8 @@ class ScaledSharedEmbedding(keras.layers.ReversibleEmbedding):
         embed(h, reverse) = h @ E^T            (the logits)
 
     Keras' `ReversibleEmbedding` gives the tied `reverse` projection; what it
-    lacks is the sqrt(d_model) scale, which is the only thing this subclass adds.
+    lacks is the sqrt(d_model) scale, which is the only thing this subclass adds
+    (to quantized lookups too, so that `quantize("int8")` covers E as well).
     `E` starts from N(0, d_model^-0.5), so that the scaled embeddings have unit
     variance, as in tensor2tensor.
 
