@@ -13,6 +13,12 @@ from keras import ops
 keras.utils.set_random_seed(1234)
 
 import keras_transformer as kt  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# CI replays the same examples every run (a new random one could fail a
+# submission for a reason unrelated to it); locally each run explores new ones.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

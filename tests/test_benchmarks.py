@@ -118,6 +118,7 @@ def _busy_python(seconds: float, done: Path) -> str:
             f"open({str(done)!r}, 'w').close()")
 
 
+@pytest.mark.slow  # measures other processes: needs no test running beside it (tools/test.sh runs slow tests one at a time)
 def test_other_processes_cpu_use_is_measured_without_the_benchmarks_own(tmp_path):
     import shlex
     import subprocess
