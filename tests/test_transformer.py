@@ -135,12 +135,12 @@ def test_every_dropout_of_a_compiled_training_step_draws_threefry_masks(tokenize
     assert np.isfinite(float(model.fit(x, y, sample_weight=w, epochs=1, verbose=0).history["loss"][0]))
     # What Keras traces into its training function (XLA-compiled when jit_compile).
     step = tf.function(lambda x, y, w: model.train_step((x, y, w)), jit_compile=jit_compile)
-    graph = step.get_concrete_function(x, y, w)
+    traced = step.get_concrete_function(x, y, w)
     # Two embedding dropouts, two residual dropouts per encoder block, three per decoder block.
     expected_count = 2 + 2 * TINY_CONFIG["num_encoder_layers"] + 3 * TINY_CONFIG["num_decoder_layers"]
-    ops_found = [op for op in graph.graph.get_operations() if op.type == "StatelessRandomUniformV2"]
+    ops_found = [op for op in traced.graph.get_operations() if op.type == "StatelessRandomUniformV2"]
     assert len(ops_found) == expected_count
-    assert random_algorithms(graph) == ({2} if jit_compile else {3})  # Threefry only where XLA compiles the step
+    assert random_algorithms(traced) == ({2} if jit_compile else {3})  # Threefry only where XLA compiles the step
 
 
 def logits_of(model, pairs=PAIRS):
