@@ -116,8 +116,8 @@ def measure_batches(beam_size: int, limit: int | None) -> list[dict]:
     import keras
 
     from keras_transformer import Transformer
-    from keras_transformer.files import read_lines
-    from keras_transformer.models.translation import tokenize
+    from keras_transformer.utils.files import read_lines
+    from keras_transformer.generation.translation import tokenize
 
     data = Path(os.environ.get("KERAS_TRANSFORMER_DATA", REPO_ROOT.parent / "shared" / "data")) / "multi30k"
     sources = list(read_lines(data / "raw" / "test_2016_flickr.en.gz"))[:limit]

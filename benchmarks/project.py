@@ -32,8 +32,9 @@ import keras  # noqa: E402
 from keras import ops  # noqa: E402
 
 import keras_transformer  # noqa: E402
-from keras_transformer import Transformer, TransformerBackbone, text_libraries  # noqa: E402
-from keras_transformer.data import without_autotuning  # noqa: E402
+from keras_transformer import Transformer, TransformerBackbone  # noqa: E402
+from keras_transformer.utils import text_libraries  # noqa: E402
+from keras_transformer.training.data import without_autotuning  # noqa: E402
 
 IMPORT_S = time.perf_counter() - _start
 

@@ -39,9 +39,9 @@ PRECISIONS = ("float32", "mixed_bfloat16", "int8")
 
 def measure(way: str, preset: str, beam_size: int | None, limit: int | None, precision: str = "float32") -> dict:
     """One way and precision, in this process."""
-    from keras_transformer.commands.translate import load_model
-    from keras_transformer.evaluation import evaluate_translations
-    from keras_transformer.files import read_lines
+    from keras_transformer.cli.commands.translate import load_model
+    from keras_transformer.training.evaluation import evaluate_translations
+    from keras_transformer.utils.files import read_lines
     from keras_transformer.models import transformer
 
     if way == "full-buffer":

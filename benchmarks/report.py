@@ -274,7 +274,7 @@ def render(context: dict, results: list[dict]) -> str:
         "FixedLengthBackbone`) that keeps the end token from winning before the length limit; every "
         "implementation runs 24 decoder steps. Training uses `model.compile()` (the paper's recipe) and "
         "`model.fit` on token ids in a tf.data pipeline with the autotuner off, as the train command's "
-        "(`keras_transformer.data.without_autotuning`).",
+        "(`keras_transformer.training.data.without_autotuning`).",
         "- Hugging Face: `generate(num_beams, min_new_tokens = max_new_tokens = 24, suppress_tokens=[<pad>])`; "
         "training is a plain torch loop with the same label-smoothed loss and Adam(0.9, 0.98, 1e-9).",
         "- CTranslate2: `TransformersConverter` on the saved checkpoint, `Translator(compute_type=float32 "

@@ -7,7 +7,7 @@ TSV file, as for fine_tune.py):
   preprocessor mapped over it: it tokenizes, adds `<s>`/`</s>`, pads, and returns
   `(x, y, sample_weight)` of token ids, which `fit` takes as they are. (For the
   paper's batches of about N tokens instead of N sentences, see
-  `keras_transformer.data.tokenize_pairs` and `token_batches`.)
+  `keras_transformer.training.data.tokenize_pairs` and `token_batches`.)
 - a loss you write yourself (a plain masked cross-entropy, in place of the paper's
   label-smoothed one) given to `compile(loss=...)`;
 - standard callbacks: `EarlyStopping`, `ModelCheckpoint` writing the best model as a

@@ -23,7 +23,7 @@
 #   are ~3,100 per GPU. To keep the paper's batch on fewer devices, raise --accumulate
 #   (JAX, or no strategy) rather than the batch: `--accumulate 2` sums two micro-batches.
 # - `--strategy mirrored` is TensorFlow on one machine; TensorFlow's multi-worker strategy
-#   fails inside Keras 3's fit (see keras_transformer/distribute.py), so several machines
+#   fails inside Keras 3's fit (see keras_transformer/training/distribution.py), so several machines
 #   means JAX.
 # - Running the same command again resumes from the last checkpoint in --out. Afterwards:
 #   keras-transformer average "$OUT" --last 5 --out presets/my_base_en_de   (section 6.1)

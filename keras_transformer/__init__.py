@@ -2,12 +2,12 @@
 
 # First, before Keras: the command line's --backend and its filter of native
 # TensorFlow log lines only work if set before Keras and TensorFlow start.
-from keras_transformer.command_line_startup import prepare_if_command_line
+from keras_transformer.cli.startup import prepare_if_command_line
 
 prepare_if_command_line()
 
 from keras_transformer import layers
-from keras_transformer.models.search import beam_search, greedy_search, length_penalty
+from keras_transformer.generation.search import beam_search, greedy_search, length_penalty
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.models.transformer_preprocessor import TransformerPreprocessor
@@ -18,7 +18,7 @@ from keras_transformer.training import (
     TransformerSchedule,
     paper_optimizer,
 )
-from keras_transformer.preset_resolution import register_builtin_presets
+from keras_transformer.presets.resolution import register_builtin_presets
 from keras_transformer.version import __version__
 
 register_builtin_presets()

@@ -37,7 +37,7 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=int, default=8, help="the global batch")
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--global-token-mean", action="store_true", help="wrap the loss in distribute.GlobalTokenMean")
+    parser.add_argument("--global-token-mean", action="store_true", help="wrap the loss in distribution.GlobalTokenMean")
     parser.add_argument("--dropout-masks", action="store_true", help="only report whether replicas draw different dropout masks")
     parser.add_argument("--coordinator")
     parser.add_argument("--num-processes", type=int)
@@ -103,14 +103,14 @@ def build_and_compile(args):
     import keras
 
     import keras_transformer as kt
-    from keras_transformer import distribute
+    from keras_transformer.training import distribution
 
     keras.utils.set_random_seed(1)
     backbone = kt.TransformerBackbone(vocabulary_size=VOCABULARY_SIZE, dropout=args.dropout, **CONFIG)
     model = kt.Transformer(backbone=backbone, preprocessor=None)
     loss = kt.LabelSmoothedCrossEntropy(0.1)
     if args.global_token_mean:
-        loss = distribute.GlobalTokenMean(loss)
+        loss = distribution.GlobalTokenMean(loss)
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss=loss, weighted_metrics=[])
     return model
 
@@ -121,9 +121,9 @@ def dropout_masks(args, report):
     import numpy as np
     import tensorflow as tf
 
-    from keras_transformer import distribute
+    from keras_transformer.training import distribution
 
-    with distribute.training_scope(args.strategy):
+    with distribution.training_scope(args.strategy):
         strategy = tf.distribute.get_strategy()
         layer = keras.layers.Dropout(0.5, seed=None)
         inputs = tf.ones((args.devices, 64))
@@ -136,16 +136,16 @@ def dropout_masks(args, report):
 
 def _scope(strategy):
     if strategy == "multi-worker-mirrored":
-        # distribute.training_scope refuses it; this runs it anyway, to
+        # distribution.training_scope refuses it; this runs it anyway, to
         # record what Keras 3 does under it (TF_CONFIG names the workers).
         import keras
         import tensorflow as tf
 
         keras.config.disable_traceback_filtering()  # Show where Keras fails.
         return tf.distribute.MultiWorkerMirroredStrategy().scope()
-    from keras_transformer import distribute
+    from keras_transformer.training import distribution
 
-    return distribute.training_scope(strategy)
+    return distribution.training_scope(strategy)
 
 
 def _data_strategy(strategy):
@@ -161,10 +161,10 @@ def main(argv=None):
     import keras
     import numpy as np
 
-    from keras_transformer import distribute
+    from keras_transformer.training import distribution
 
     if args.coordinator:
-        distribute.initialize(args.coordinator, args.num_processes, args.process_id)
+        distribution.initialize(args.coordinator, args.num_processes, args.process_id)
     report = {"strategy": args.strategy, "devices": args.devices, "dtype": args.dtype}
     if args.dropout_masks:
         dropout_masks(args, report)
@@ -175,11 +175,11 @@ def main(argv=None):
         with _scope(args.strategy) as scope:
             model = build_and_compile(args)
             # One step an epoch: the history holds every step's loss.
-            data = distribute.prepare_dataset(dataset(batches).repeat(), _data_strategy(args.strategy))
+            data = distribution.prepare_dataset(dataset(batches).repeat(), _data_strategy(args.strategy))
             history = model.fit(data, steps_per_epoch=1, epochs=args.steps, verbose=0, shuffle=False)
             report["losses"] = [float(v) for v in history.history["loss"]]
-            report["replicas"] = distribute.num_replicas(scope)
-        report["chief"] = distribute.is_chief()
+            report["replicas"] = distribution.num_replicas(scope)
+        report["chief"] = distribution.is_chief()
         weights = [np.asarray(keras.ops.convert_to_numpy(w), "float32") for w in model.weights]
         report["optimizer"] = type(model.optimizer).__name__
         report["finite"] = bool(all(np.isfinite(w).all() for w in weights)) and bool(np.isfinite(report["losses"]).all())

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from conftest import make_model
 
-from keras_transformer.attention_maps import (
+from keras_transformer.generation.attention_maps import (
     attention_maps,
     cross_attention_of_block,
     plot_cross_attention,

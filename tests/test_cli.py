@@ -132,7 +132,7 @@ def test_native_log_filter_keeps_everything_else():
     # TensorFlow, whose own start-up lines are not what this test writes.
     program = (
         "import importlib.util, os, sys\n"
-        f"spec = importlib.util.spec_from_file_location('startup', {str(REPO_ROOT / 'keras_transformer' / 'command_line_startup.py')!r})\n"
+        f"spec = importlib.util.spec_from_file_location('startup', {str(REPO_ROOT / 'keras_transformer' / 'cli/startup.py')!r})\n"
         "startup = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(startup)\n"
         "startup.install_native_log_filter()\n"
@@ -172,7 +172,7 @@ def test_translate_reads_a_file_one_line_per_line(preset, tmp_path):
 def test_translate_compiles_the_search_only_where_it_pays():
     import keras
 
-    from keras_transformer.commands.translate import EAGER_MAX_SENTENCES, _compile_search
+    from keras_transformer.cli.commands.translate import EAGER_MAX_SENTENCES, _compile_search
 
     def compiles(total, compile="auto"):
         return _compile_search(argparse.Namespace(compile=compile, batch_size=32), total)
@@ -231,7 +231,7 @@ def test_a_damaged_compiled_program_is_one_sentence_and_the_next_run_works(prese
 
 @pytest.mark.parametrize("precision", ["bfloat16", "int8"])
 def test_translate_precision_loads_the_preset_in_that_precision(preset, precision):
-    from keras_transformer.commands.translate import load_model
+    from keras_transformer.cli.commands.translate import load_model
 
     model = load_model(str(preset), precision)
     if precision == "bfloat16":
@@ -256,7 +256,7 @@ def test_translate_options_that_exclude_each_other(preset, tmp_path):
 
 
 def test_every_command_has_help_with_an_example():
-    from keras_transformer import cli
+    from keras_transformer.cli import main as cli
 
     parser = cli.build_parser(cli._commands())
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -4,7 +4,7 @@ import importlib.metadata
 
 import pytest
 
-from keras_transformer import command_line_startup
+from keras_transformer.cli import startup
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def test_the_caches_of_tensorflow_and_jax_go_to_one_folder_per_version(environme
     import os
 
     environment.setenv("XDG_CACHE_HOME", str(tmp_path))
-    command_line_startup.use_compile_cache()
+    startup.use_compile_cache()
     root = tmp_path / "keras_transformer" / "compiled"
     tensorflow, jaxlib = installed("tensorflow"), installed("jaxlib")
     if tensorflow:
@@ -42,13 +42,13 @@ def test_the_users_own_settings_are_kept_and_zero_turns_the_cache_off(environmen
     environment.setenv("KERAS_TRANSFORMER_COMPILE_CACHE", str(tmp_path))
     environment.setenv("TF_XLA_FLAGS", "--tf_xla_persistent_cache_directory=/mine --tf_xla_auto_jit=0")
     environment.setenv("JAX_COMPILATION_CACHE_DIR", "/mine")
-    command_line_startup.use_compile_cache()
+    startup.use_compile_cache()
     assert os.environ["TF_XLA_FLAGS"] == "--tf_xla_persistent_cache_directory=/mine --tf_xla_auto_jit=0"
     assert os.environ["JAX_COMPILATION_CACHE_DIR"] == "/mine"
 
     environment.delenv("TF_XLA_FLAGS")
     environment.setenv("KERAS_TRANSFORMER_COMPILE_CACHE", "0")
-    command_line_startup.use_compile_cache()
+    startup.use_compile_cache()
     assert "TF_XLA_FLAGS" not in os.environ
 
 
@@ -59,7 +59,7 @@ def test_other_tensorflow_flags_are_kept(environment, tmp_path):
         pytest.skip("TensorFlow is not installed")
     environment.setenv("KERAS_TRANSFORMER_COMPILE_CACHE", str(tmp_path))
     environment.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=0")
-    command_line_startup.use_compile_cache()
+    startup.use_compile_cache()
     assert os.environ["TF_XLA_FLAGS"].split() == [
         "--tf_xla_auto_jit=0", f"--tf_xla_persistent_cache_directory={tmp_path / ('tensorflow-' + installed('tensorflow'))}"
     ]

@@ -3,7 +3,7 @@ import gzip
 import numpy as np
 import pytest
 
-from keras_transformer import data
+from keras_transformer.training import data
 
 
 def write(path, lines, raw=False):

@@ -1,4 +1,4 @@
-"""Multi-device and multi-host training (keras_transformer.distribute).
+"""Multi-device and multi-host training (keras_transformer.training.distribution).
 
 The slow tests run tests/distributed_worker.py in subprocesses, because
 devices must be split before TensorFlow or JAX start: two logical CPUs for
@@ -23,7 +23,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import LabelSmoothedCrossEntropy, distribute
+from keras_transformer import LabelSmoothedCrossEntropy
+from keras_transformer.training import distribution
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 WORKER = REPO_ROOT / "tests" / "distributed_worker.py"
@@ -129,31 +130,31 @@ def assert_same_training(run, reference):
 
 def test_unknown_and_foreign_strategies_are_refused():
     with pytest.raises(ValueError, match="Unknown strategy"):
-        distribute.training_scope("horovod")
+        distribution.training_scope("horovod")
     other = {"tensorflow": "jax-data-parallel", "jax": "mirrored", "torch": "mirrored"}[BACKEND]
     with pytest.raises(ValueError, match="backend"):
-        distribute.training_scope(other)
+        distribution.training_scope(other)
 
 
 def test_multi_worker_mirrored_points_to_the_jax_path():
     with pytest.raises(ValueError, match="KERAS_BACKEND=jax.*--coordinator"):
-        distribute.training_scope("multi-worker-mirrored")
+        distribution.training_scope("multi-worker-mirrored")
 
 
 def test_initialize_checks_its_arguments():
     if BACKEND != "jax":
         with pytest.raises(ValueError, match="JAX backend"):
-            distribute.initialize("127.0.0.1:1234", 2, 0)
+            distribution.initialize("127.0.0.1:1234", 2, 0)
         return
     with pytest.raises(ValueError, match="process-id"):
-        distribute.initialize("127.0.0.1:1234", 2, 2)
+        distribution.initialize("127.0.0.1:1234", 2, 2)
     with pytest.raises(ValueError, match="host:port"):
-        distribute.initialize("localhost", 2, 0)
+        distribution.initialize("localhost", 2, 0)
 
 
 def test_a_single_process_is_the_chief():
-    assert distribute.is_chief()
-    assert distribute.num_replicas(None) == 1
+    assert distribution.is_chief()
+    assert distribution.num_replicas(None) == 1
 
 
 def test_global_token_mean_is_the_wrapped_loss_on_one_device():
@@ -161,9 +162,9 @@ def test_global_token_mean_is_the_wrapped_loss_on_one_device():
     labels = np.array([[5, 3, 0, 0], [7, 0, 0, 0]])
     logits = rng.normal(size=(2, 4, 9)).astype("float32")
     inner = LabelSmoothedCrossEntropy(0.1)
-    wrapped = distribute.GlobalTokenMean(inner)
+    wrapped = distribution.GlobalTokenMean(inner)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(wrapped(labels, logits)), keras.ops.convert_to_numpy(inner(labels, logits)), rtol=1e-6)
-    restored = distribute.GlobalTokenMean.from_config(wrapped.get_config())
+    restored = distribution.GlobalTokenMean.from_config(wrapped.get_config())
     assert restored.loss.label_smoothing == 0.1
 
 
@@ -171,7 +172,7 @@ def test_prepare_dataset_is_a_no_op_without_strategy():
     import tensorflow as tf
 
     data = tf.data.Dataset.from_tensors(({"ids": [[4, 0]], "mask": [[True, False]]}, [[1, 0]]))
-    assert distribute.prepare_dataset(data, "none") is data
+    assert distribution.prepare_dataset(data, "none") is data
 
 
 # MirroredStrategy on two logical CPUs.

@@ -13,21 +13,22 @@ PACKAGE = Path(__file__).resolve().parent.parent / "keras_transformer"
 
 # Lowest first. Names are module paths inside `keras_transformer`.
 LAYERS = [
-    ["version", "errors", "command_line_startup", "files", "special_tokens", "sentences", "library_internals", "evaluation", "text_libraries"],
+    ["version", "utils", "utils.*", "cli.startup", "generation", "generation.sentences", "training.evaluation"],
     ["layers", "layers.*"],
-    ["models.search"],
-    ["models.transformer_backbone"],
-    ["models.transformer_tokenizer", "models.transformer_preprocessor", "models.transformer_presets"],
-    ["models.decoding", "models.translation"],
-    ["preset_integrity", "model_card"],
-    ["preset_resolution", "preset_saving"],
+    ["generation.search"],
+    ["models", "models.transformer_backbone"],
+    ["models.transformer_tokenizer", "models.transformer_preprocessor", "presets", "presets.catalog"],
+    ["generation.decoding", "generation.translation"],
+    ["presets.integrity", "presets.model_card"],
+    ["presets.resolution", "presets.saving"],
     ["marian", "marian.*"],
-    ["training", "training.*"],
-    ["models", "models.transformer"],
-    ["data", "distribute", "run_folder", "serving", "attention_maps"],
+    ["training", "training.losses", "training.metrics", "training.optimizer", "training.schedule",
+     "training.callbacks", "training.checkpoints"],
+    ["models.transformer"],
+    ["training.data", "training.distribution", "training.run_folder", "generation.serving",
+     "generation.attention_maps"],
     [""],  # the package itself: the public API, which the command line uses
-    ["commands", "commands.*"],
-    ["cli"],
+    ["cli", "cli.*"],
 ]
 
 
@@ -88,5 +89,5 @@ def test_every_import_points_down():
 def test_the_check_finds_an_upward_import(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from keras_transformer.cli import main\n")
-    assert imported_modules(module) == {"cli"}
-    assert layer_of("cli") > layer_of("models.transformer")
+    assert imported_modules(module) == {"cli.main"}
+    assert layer_of("cli.main") > layer_of("models.transformer")

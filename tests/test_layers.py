@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_transformer import TransformerBackbone, library_internals
+from keras_transformer import TransformerBackbone
+from keras_transformer.utils import library_internals
 from keras_transformer.layers import (
     DecoderBlock,
     EncoderBlock,

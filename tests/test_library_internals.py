@@ -9,7 +9,7 @@ import keras_hub
 import numpy as np
 import tensorflow_text as tf_text
 
-from keras_transformer import library_internals
+from keras_transformer.utils import library_internals
 from keras_transformer.layers import DecoderBlock, EncoderBlock
 
 

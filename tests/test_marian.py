@@ -21,8 +21,8 @@ torch = pytest.importorskip("torch")
 
 import keras_transformer as kt  # noqa: E402
 from keras_transformer import marian  # noqa: E402
-from keras_transformer.models.decoding import search_step  # noqa: E402
-from keras_transformer.preset_resolution import HubUnreachableError  # noqa: E402
+from keras_transformer.generation.decoding import search_step  # noqa: E402
+from keras_transformer.presets.resolution import HubUnreachableError  # noqa: E402
 from marian_fixtures import VARIANTS, hub_cache_repo, publish, write_marian_repo  # noqa: E402
 
 TOLERANCE = 1e-4
@@ -492,8 +492,8 @@ def test_converted_model_saves_as_a_native_preset(marian_cache, loaded, tmp_path
 
 
 def test_convert_command_writes_a_checksummed_float16_preset(marian_cache, tmp_path):
-    from keras_transformer import cli
-    from keras_transformer.preset_integrity import verify_preset
+    from keras_transformer.cli import main as cli
+    from keras_transformer.presets.integrity import verify_preset
 
     info = marian_cache["checkpoints"]["base"]
     out = tmp_path / "opus_mt_tiny"
@@ -513,7 +513,7 @@ def test_convert_command_writes_a_checksummed_float16_preset(marian_cache, tmp_p
 
 
 def test_convert_refuses_a_native_preset(tmp_path, capsys):
-    from keras_transformer import cli
+    from keras_transformer.cli import main as cli
 
     assert cli.main(["convert", "multi30k_en_de", str(tmp_path / "out")]) == 1
     assert "not a checkpoint in transformers format" in capsys.readouterr().err

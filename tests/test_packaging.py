@@ -38,7 +38,7 @@ def test_a_wheel_installs_and_loads_every_shipped_preset_offline(tmp_path):
     for name in SHIPPED:
         for file in ("config.json", "model.weights.h5", "metadata.json", "README.md",
                      "assets/tokenizer/vocabulary.spm"):
-            assert f"keras_transformer/presets/{name}/{file}" in names
+            assert f"keras_transformer/presets/shipped/{name}/{file}" in names
     run = subprocess.run(
         [sys.executable, "-c", CHILD, str(installed), *SHIPPED],
         cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(installed),

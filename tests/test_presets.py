@@ -21,8 +21,9 @@ from huggingface_hub import constants as hf_constants
 from keras_hub.src.utils import preset_utils as hub_preset_utils
 
 import keras_transformer as kt
-from keras_transformer import cli, preset_integrity, preset_resolution, preset_saving
-from keras_transformer.models import transformer_presets as kt_presets
+from keras_transformer.cli import main as cli
+from keras_transformer.presets import integrity as preset_integrity, resolution as preset_resolution, saving as preset_saving
+from keras_transformer.presets import catalog as kt_presets
 
 PAPER = {
     # name: (vocabulary, d_model, d_ff, heads, dropout), Table 3 and section 6.1
@@ -93,7 +94,7 @@ def test_named_presets_are_registered_with_kerashub():
 
 @pytest.mark.parametrize("name", sorted(OPUS_MT))
 def test_opus_mt_cards_say_whose_weights_and_how_they_differ(name):
-    folder = REPO_ROOT / "keras_transformer" / "presets" / name
+    folder = REPO_ROOT / "presets" / name
     card = (folder / "README.md").read_text()
     assert not (folder / "config.json").exists()
     for needed in (OPUS_MT[name].removeprefix("hf://"), "Tiedemann", "BLEU", "License", "swish" if "base" in name else "ReLU",
@@ -109,7 +110,7 @@ def test_architecture_presets_refuse_to_load_weights():
 @pytest.mark.parametrize("name", sorted(PAPER))
 def test_paper_preset_config_and_card(name):
     vocabulary, hidden, intermediate, heads, dropout = PAPER[name]
-    folder = REPO_ROOT / "keras_transformer" / "presets" / name
+    folder = REPO_ROOT / "presets" / name
     config = json.loads((folder / "config.json").read_text())
     assert config["registered_name"] == "keras_transformer>TransformerBackbone"
     assert {k: config["config"][k] for k in ("vocabulary_size", "hidden_dim", "intermediate_dim", "num_heads", "dropout")} == {
@@ -338,7 +339,7 @@ import os, sys, time
 import keras
 keras.utils.set_random_seed(99)
 import keras_transformer as kt
-from keras_transformer import preset_saving
+from keras_transformer.presets import saving as preset_saving
 sys.path.insert(0, {tests!r})
 from conftest import PAIRS, make_model
 
@@ -468,7 +469,7 @@ def test_paper_preset_configs_are_the_train_architectures():
     # shipped config.json of each paper preset say the same.
     table = {"base": "transformer_base", "big": "transformer_big", "transformer": None}
     for name in [*kt_presets.PAPER_PRESETS, *kt_presets.ARCHITECTURE_PRESETS]:
-        config = json.loads((REPO_ROOT / "keras_transformer" / "presets" / name / "config.json").read_text())["config"]
+        config = json.loads((REPO_ROOT / "presets" / name / "config.json").read_text())["config"]
         architecture = dict(kt_presets.ARCHITECTURES[table[name.split("_")[0]] or name])
         layers = architecture.pop("num_layers")
         assert config["num_encoder_layers"] == config["num_decoder_layers"] == layers, name

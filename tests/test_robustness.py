@@ -17,8 +17,8 @@ from conftest import PAIRS, REPO_ROOT
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from keras_transformer.models.translation import tokenize
-from keras_transformer.sentences import split_sentences
+from keras_transformer.generation.translation import tokenize
+from keras_transformer.generation.sentences import split_sentences
 from keras_transformer.training import checkpoints
 from keras_transformer.training.callbacks import CURVES_CSV, read_curves
 

@@ -131,7 +131,7 @@ def test_length_penalty_is_gnmt():
 
 
 def test_first_argmax_is_argmax_with_ties_to_the_first_index():
-    from keras_transformer.models.search import first_argmax
+    from keras_transformer.generation.search import first_argmax
 
     rng = np.random.default_rng(0)
     scores = rng.normal(size=(64, 300)).astype("float32")
@@ -143,7 +143,7 @@ def test_first_argmax_is_argmax_with_ties_to_the_first_index():
 
 @pytest.mark.parametrize("length", [128_000, 4 * 58_101, 32_003])  # chunks of 128, of 107, padded (prime)
 def test_top_k_by_chunks_equals_a_stable_top_k(length):
-    from keras_transformer.models.search import top_k
+    from keras_transformer.generation.search import top_k
 
     rng = np.random.default_rng(0)
     # Rounded scores: many ties, which must still resolve to the lowest index.

@@ -14,7 +14,7 @@ import pytest
 from conftest import make_model
 
 import keras_transformer as kt
-from keras_transformer.serving import export_saved_model
+from keras_transformer.generation.serving import export_saved_model
 
 pytestmark = [
     pytest.mark.slow,  # an export and a fresh TensorFlow process: ~40 s

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import PAIRS, REPO_ROOT
 
-from keras_transformer import data
+from keras_transformer.training import data
 
 
 def load_tool(name: str):

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from keras_transformer import cli, data, distribute
-from keras_transformer.commands import train as train_command
+from keras_transformer.cli import main as cli
+from keras_transformer.training import data, distribution
+from keras_transformer.cli.commands import train as train_command
 from keras_transformer.training import checkpoints
 from keras_transformer.training.callbacks import CURVES_CSV, CURVES_PNG, read_curves
 
@@ -213,7 +214,7 @@ def test_strategy_on_the_wrong_backend_is_a_clear_error(strategy):
     if (strategy, backend) in (("mirrored", "tensorflow"), ("jax-data-parallel", "jax")):
         pytest.skip(f"{strategy} works on {backend}; multi-device tests cover it")
     with pytest.raises(ValueError, match="backend|Unknown strategy"):
-        distribute.training_scope(strategy)
+        distribution.training_scope(strategy)
 
 
 def test_architecture_from_flags_when_the_preset_is_unknown():
@@ -316,7 +317,7 @@ def test_training_on_multi30k_lowers_the_loss_and_beats_an_untrained_model(multi
     assert curves[-1]["val_loss"] < curves[0]["val_loss"]
 
     # Translations get closer to the references than an untrained model's.
-    from keras_transformer.evaluation import evaluate_model
+    from keras_transformer.training.evaluation import evaluate_model
 
     preset = tmp_path / "preset"
     assert cli.main(["average", str(run), "--last", "1", "--out", str(preset)]) == 0

@@ -8,7 +8,7 @@ import pytest
 from keras import ops
 
 import keras_transformer as kt
-from keras_transformer import library_internals
+from keras_transformer.utils import library_internals
 from conftest import PAIRS, TINY_CONFIG, make_model, random_algorithms
 
 

@@ -55,7 +55,8 @@ def test_a_model_translates_token_ids_and_trains_without_tensorflow(backend):
 
 def test_text_processing_says_what_is_missing():
     result = run_without("tensorflow,tensorflow_text", """
-        from keras_transformer import TransformerTokenizer, data
+        from keras_transformer import TransformerTokenizer
+        from keras_transformer.training import data
         from keras_transformer.marian import MarianTokenizer
         for make in (lambda: TransformerTokenizer(), lambda: MarianTokenizer(),
                      lambda: data.token_batches(None, 100)):

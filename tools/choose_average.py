@@ -25,10 +25,11 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, nargs="+", default=[1, 3, 5, 10])
     args = parser.parse_args()
 
-    from keras_transformer import TransformerTokenizer, data
-    from keras_transformer.commands.train import compile_model
-    from keras_transformer.files import read_lines
-    from keras_transformer.run_folder import CHECKPOINT_DIR, RUN_FILE, VOCABULARY_FILE, build_model
+    from keras_transformer import TransformerTokenizer
+    from keras_transformer.training import data
+    from keras_transformer.cli.commands.train import compile_model
+    from keras_transformer.utils.files import read_lines
+    from keras_transformer.training.run_folder import CHECKPOINT_DIR, RUN_FILE, VOCABULARY_FILE, build_model
     from keras_transformer.training import checkpoints
 
     with open(os.path.join(args.run_dir, RUN_FILE)) as f:

@@ -8,7 +8,7 @@ translated by the preset itself.
 Usage (after tools/train_multi30k.sh, or its three commands run by hand):
 
     python tools/multi30k_model_card.py --run runs/multi30k_en_de \
-        --preset keras_transformer/presets/multi30k_en_de --training-time "150 minutes ..."
+        --preset presets/multi30k_en_de --training-time "150 minutes ..."
 """
 
 import argparse

@@ -29,8 +29,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer import TransformerTokenizer, data
-from keras_transformer.run_folder import RUN_FILE, VOCABULARY_FILE
+from keras_transformer import TransformerTokenizer
+from keras_transformer.training import data
+from keras_transformer.training.run_folder import RUN_FILE, VOCABULARY_FILE
 
 BATCHES_FILE = "batches.npz"
 

@@ -20,11 +20,11 @@ import time
 import keras
 import numpy as np
 
-from keras_transformer.commands.train import compile_model
+from keras_transformer.cli.commands.train import compile_model
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.models.transformer_backbone import TransformerBackbone
-from keras_transformer.run_folder import CHECKPOINT_DIR, RUN_FILE
-from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
+from keras_transformer.training.run_folder import CHECKPOINT_DIR, RUN_FILE
+from keras_transformer.utils.special_tokens import END_ID, PAD_ID, START_ID
 from keras_transformer.training import checkpoints
 from keras_transformer.training.callbacks import StopAtStep, TrainingMonitor
 

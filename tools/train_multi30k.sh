@@ -17,7 +17,7 @@
 #
 # Usage (from the repository root):  tools/train_multi30k.sh [de] [fr]
 # Environment: KERAS_TRANSFORMER_DATA (default ../shared/data), RUNS (default runs),
-#   PRESETS (default keras_transformer/presets), KERAS_BACKEND. Re-running resumes an unfinished run;
+#   PRESETS (default presets), KERAS_BACKEND. Re-running resumes an unfinished run;
 #   TRAIN=0 skips training and averages and scores the checkpoints there are;
 #   LAST=K averages the last K checkpoints instead of 10.
 #   TEXT=lctok: a control run, not a preset: the same recipe on the lower-cased,
@@ -27,7 +27,7 @@ set -euo pipefail
 
 DATA="${KERAS_TRANSFORMER_DATA:-../shared/data}/multi30k"
 RUNS="${RUNS:-runs}"
-PRESETS="${PRESETS:-keras_transformer/presets}"
+PRESETS="${PRESETS:-presets}"
 if command -v keras-transformer >/dev/null; then
     KT=(keras-transformer)
 else

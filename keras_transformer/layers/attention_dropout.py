@@ -4,7 +4,7 @@ import contextlib
 
 import keras
 
-from keras_transformer import library_internals
+from keras_transformer.utils import library_internals
 from keras_transformer.layers.threefry_dropout import ThreefryDropout
 
 

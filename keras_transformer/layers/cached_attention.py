@@ -27,7 +27,7 @@ import math
 
 from keras import ops
 
-from keras_transformer import library_internals
+from keras_transformer.utils import library_internals
 
 
 def cache_keys_values(attention, sequence) -> tuple:

@@ -4,7 +4,7 @@ import keras
 import keras_hub
 from keras import ops
 
-from keras_transformer import library_internals
+from keras_transformer.utils import library_internals
 from keras_transformer.layers.attention_dropout import attention_dropout_while_building
 from keras_transformer.layers.cached_attention import attend_cached, cache_keys_values
 

@@ -3,7 +3,7 @@
 import keras
 import keras_hub
 
-from keras_transformer import library_internals
+from keras_transformer.utils import library_internals
 from keras_transformer.layers.attention_dropout import attention_dropout_while_building
 
 

@@ -25,7 +25,7 @@ import warnings
 
 import numpy as np
 
-from keras_transformer.library_internals import attention_projections, block_sublayers
+from keras_transformer.utils.library_internals import attention_projections, block_sublayers
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 
 # Where the shared matrix may be stored, best first: safetensors keeps one

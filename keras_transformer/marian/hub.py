@@ -9,9 +9,9 @@ before anything large is downloaded.
 import json
 from pathlib import Path
 
-from keras_transformer.library_internals import HF_PREFIX
+from keras_transformer.utils.library_internals import HF_PREFIX
 
-from keras_transformer.preset_resolution import HubUnreachableError, NotOnHubError
+from keras_transformer.presets.resolution import HubUnreachableError, NotOnHubError
 
 CONFIG_FILE = "config.json"
 

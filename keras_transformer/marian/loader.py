@@ -38,7 +38,7 @@ def load_marian(
             cannot represent (the field and its value are named).
         ValueError: the vocabulary does not fit the config.
         PickleOnlyError: the weights exist only as `pytorch_model.bin`.
-        HubUnreachableError, NotOnHubError: see `keras_transformer.preset_resolution`.
+        HubUnreachableError, NotOnHubError: see `keras_transformer.presets.resolution`.
     """
     files = CheckpointFiles(handle, revision)
     config = files.config()

@@ -3,10 +3,10 @@
 import keras
 from keras_hub.layers import StartEndPacker
 
-from keras_transformer.library_internals import preprocessing_function
+from keras_transformer.utils.library_internals import preprocessing_function
 from keras_transformer.marian.tokenizer import MarianTokenizer
 from keras_transformer.models.transformer_preprocessor import TransformerPreprocessor
-from keras_transformer.text_libraries import tf
+from keras_transformer.utils.text_libraries import tf
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

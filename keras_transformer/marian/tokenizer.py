@@ -20,14 +20,14 @@ from pathlib import Path
 import keras
 import keras_hub
 
-from keras_transformer.library_internals import (
+from keras_transformer.utils.library_internals import (
     add_special_token,
     convert_to_ragged_batch,
     preprocessing_function,
     update_special_token_ids,
 )
 from keras_transformer.models.transformer_backbone import TransformerBackbone
-from keras_transformer.text_libraries import require_text_libraries, tf, tf_text
+from keras_transformer.utils.text_libraries import require_text_libraries, tf, tf_text
 
 SOURCE_SPM, TARGET_SPM, VOCABULARY_JSON = "source.spm", "target.spm", "vocab.json"
 WORD_START = "\u2581"  # SentencePiece's "▁"

@@ -11,13 +11,13 @@ from keras import ops
 
 from keras_transformer import marian
 from keras_transformer.layers.threefry_dropout import xla_compiled
-from keras_transformer.models.decoding import check_search_arguments, compiled_search, resolve_jit_compile
+from keras_transformer.generation.decoding import check_search_arguments, compiled_search, resolve_jit_compile
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.models.transformer_preprocessor import TransformerPreprocessor
-from keras_transformer.models.translation import to_list, tokenize, translate_texts
-from keras_transformer.preset_integrity import load_preset_weights
-from keras_transformer.preset_resolution import preset_handle, resolve_preset
-from keras_transformer.preset_saving import save_preset
+from keras_transformer.generation.translation import to_list, tokenize, translate_texts
+from keras_transformer.presets.integrity import load_preset_weights
+from keras_transformer.presets.resolution import preset_handle, resolve_preset
+from keras_transformer.presets.saving import save_preset
 from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy, paper_optimizer
 
 TOKEN_ID_KEYS = ("encoder_token_ids", "encoder_padding_mask", "decoder_token_ids")
@@ -45,7 +45,7 @@ class Transformer(keras_hub.models.Seq2SeqLM):
     `translate()` / `generate()` decode with beam search (beam 4, length
     penalty alpha 0.6, at most source length + 50 tokens, section 6.1) or
     greedily, with cached keys and values, compiled as one graph per
-    (batch, length bucket) shape (`keras_transformer.models.decoding`).
+    (batch, length bucket) shape (`keras_transformer.generation.decoding`).
     `compile(sampler="greedy")` (or a KerasHub `GreedySampler` /
     `BeamSampler`) changes the default search, as in KerasHub.
 
@@ -152,14 +152,14 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         Hub presets are read from huggingface_hub's cache first. Every file is
         checked against the SHA-256 recorded when it was saved, and configs
         may only name Keras, KerasHub and keras-transformer classes, before
-        anything is built (see `keras_transformer.preset_integrity`). With
+        anything is built (see `keras_transformer.presets.integrity`). With
         `load_weights=False`, the paper's architectures (`"transformer_base"`,
         `"transformer_big"`, and `"big_en_de"` when its Hub repo cannot be
         reached) build offline from this package's copy of their config,
         without a preprocessor.
 
         Args:
-            preset: see `keras_transformer.preset_resolution.available_presets()`.
+            preset: see `keras_transformer.presets.resolution.available_presets()`.
             load_weights: load the saved weights, or initialise randomly.
             **kwargs: passed to KerasHub, e.g. `dtype="float16"`; weights
                 saved in float16 load as float32 unless `dtype` is given.
@@ -184,7 +184,7 @@ class Transformer(keras_hub.models.Seq2SeqLM):
     def save_to_preset(self, preset_dir, max_shard_size=10, *, weights_dtype=None, model_card=None):
         """Saves a preset atomically, with checksums and a model card.
 
-        See `keras_transformer.preset_saving.save_preset`; `weights_dtype=
+        See `keras_transformer.presets.saving.save_preset`; `weights_dtype=
         "float16"` halves the weights file.
         """
         save_preset(
@@ -207,7 +207,7 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         self.train_function = self.test_function = self.predict_function = None
 
     def preprocess_samples(self, x, y=None, sample_weight=None):
-        # Token ids (e.g. from `keras_transformer.data`) skip the preprocessor.
+        # Token ids (e.g. from `keras_transformer.training.data`) skip the preprocessor.
         if isinstance(x, dict) and all(key in x for key in TOKEN_ID_KEYS):
             return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
         return super().preprocess_samples(x, y, sample_weight)
@@ -363,7 +363,7 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         take two). A longer input follows `too_long`, never silently:
 
         - `"split"` (default): cut it into sentences (see
-          `keras_transformer.sentences.split_sentences`), a sentence that is
+          `keras_transformer.generation.sentences.split_sentences`), a sentence that is
           still too long into pieces of at most that many tokens (at word
           starts where possible), translate the parts and join them with
           spaces;

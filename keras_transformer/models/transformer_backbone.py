@@ -4,7 +4,7 @@ import keras
 import keras_hub
 from keras import ops
 
-from keras_transformer import special_tokens
+from keras_transformer.utils import special_tokens
 from keras_transformer.layers import (
     DecoderBlock,
     EncoderBlock,
@@ -82,7 +82,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
             section 3.5, or `"concatenated"` as tensor2tensor and Marian
             store them (see `SinusoidalPositionEncoding`).
         pad_token_id, start_token_id, end_token_id, unk_token_id: the special
-            ids of the vocabulary (`keras_transformer.special_tokens` for the
+            ids of the vocabulary (`keras_transformer.utils.special_tokens` for the
             vocabularies this project trains; converted checkpoints record
             their own). Decoding starts from `start_token_id`, stops at
             `end_token_id` and never emits padding or the start token.

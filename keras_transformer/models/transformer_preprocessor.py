@@ -8,7 +8,7 @@ import keras_hub
 
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.models.transformer_tokenizer import TransformerTokenizer
-from keras_transformer.text_libraries import tf
+from keras_transformer.utils.text_libraries import tf
 
 TOO_LONG_POLICIES = ("warn", "error")
 
@@ -27,7 +27,7 @@ class TransformerPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
     never silent here. `too_long="warn"` (default) warns with the number of
     sentences cut in each batch (in a `tf.data` pipeline the warning goes to
     stderr); `too_long="error"` raises instead. For training data, filter or
-    bucket by length before this layer (see `keras_transformer.data`).
+    bucket by length before this layer (see `keras_transformer.training.data`).
 
     Args:
         tokenizer: a `TransformerTokenizer`.

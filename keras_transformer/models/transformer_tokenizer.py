@@ -7,10 +7,10 @@ from collections.abc import Iterable
 import keras
 import keras_hub
 
-from keras_transformer import library_internals, special_tokens
+from keras_transformer.utils import library_internals, special_tokens
 from keras_transformer.models.transformer_backbone import TransformerBackbone
-from keras_transformer.special_tokens import END, END_ID, PAD, PAD_ID, START, START_ID, UNK, UNK_ID
-from keras_transformer.text_libraries import require_text_libraries, tf, tf_text
+from keras_transformer.utils.special_tokens import END, END_ID, PAD, PAD_ID, START, START_ID, UNK, UNK_ID
+from keras_transformer.utils.text_libraries import require_text_libraries, tf, tf_text
 
 
 
@@ -117,7 +117,7 @@ def train_tokenizer(
     """
     import sentencepiece
 
-    from keras_transformer.files import read_lines
+    from keras_transformer.utils.files import read_lines
 
     data = list(data) if not isinstance(data, list) else data
     if data and all(isinstance(d, (str, os.PathLike)) and os.path.isfile(d) for d in data):

@@ -21,7 +21,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer import library_internals
+from keras_transformer.utils import library_internals
 
 CURVES_CSV = "curves.csv"
 CURVES_PNG = "training_curves.png"
@@ -168,7 +168,7 @@ class ValidationBleu(keras.callbacks.Callback):
         self.beam_size = beam_size
 
     def on_epoch_end(self, epoch, logs=None):
-        from keras_transformer.evaluation import evaluate_translations
+        from keras_transformer.training.evaluation import evaluate_translations
 
         if logs is None or not self.sources:
             return

@@ -31,7 +31,7 @@ import time
 import keras
 import numpy as np
 
-from keras_transformer.files import fsync_directory
+from keras_transformer.utils.files import fsync_directory
 
 CHECKPOINT_PATTERN = re.compile(r"ckpt-(\d+)\.npz$")
 

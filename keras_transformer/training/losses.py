@@ -5,7 +5,7 @@ from collections.abc import Sequence
 import keras
 from keras import ops
 
-from keras_transformer import special_tokens
+from keras_transformer.utils import special_tokens
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

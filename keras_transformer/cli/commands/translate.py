@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_transformer.errors import UserError
+    from keras_transformer.utils.errors import UserError
 
     if args.sentences and args.input:
         raise UserError("give sentences as arguments or --input FILE, not both.")
@@ -116,7 +116,7 @@ def _compile_search(args: argparse.Namespace, total: int | None) -> bool:
 def _input_lines(args: argparse.Namespace):
     """The input lines (an iterator, read as translation goes) and their
     count when known in advance (a file), for the progress bar."""
-    from keras_transformer.files import read_lines
+    from keras_transformer.utils.files import read_lines
 
     if args.sentences:
         return iter(args.sentences), len(args.sentences)

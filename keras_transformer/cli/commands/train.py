@@ -23,8 +23,8 @@ import math
 import os
 import warnings
 
-from keras_transformer.models.transformer_presets import ARCHITECTURES
-from keras_transformer.run_folder import CHECKPOINT_DIR, RUN_FILE, VOCABULARY_FILE, build_model
+from keras_transformer.presets.catalog import ARCHITECTURES
+from keras_transformer.training.run_folder import CHECKPOINT_DIR, RUN_FILE, VOCABULARY_FILE, build_model
 
 ARCHITECTURE_FLAGS = {
     "layers": "num_layers",
@@ -102,7 +102,7 @@ def resolve_architecture(args: argparse.Namespace) -> dict:
         if key not in config
     ]
     if missing:
-        from keras_transformer.errors import UserError
+        from keras_transformer.utils.errors import UserError
 
         raise UserError(f"the model size is not given: use --preset, --config, or {' '.join(missing)}.")
     for key in ("vocabulary_size", "name", "trainable", "dtype"):
@@ -116,7 +116,7 @@ def _preset_architecture(preset: str, args) -> dict:
     if all(getattr(args, flag) is not None for flag in ("layers", "hidden_dim", "ff_dim", "heads")):
         return {}  # The flags say everything; don't depend on the preset loading.
     from keras_transformer import Transformer
-    from keras_transformer.errors import UserError
+    from keras_transformer.utils.errors import UserError
 
     try:
         with warnings.catch_warnings():
@@ -132,7 +132,7 @@ def _preset_architecture(preset: str, args) -> dict:
 
 
 def _read(source, target, skip_bad, what):
-    from keras_transformer.data import read_parallel
+    from keras_transformer.training.data import read_parallel
 
     sources, targets, report = read_parallel(source, target, skip_bad=skip_bad)
     print(f"{what}: {report}.")
@@ -144,14 +144,15 @@ def _read(source, target, skip_bad, what):
 def run(args: argparse.Namespace) -> int:
     import keras
 
-    from keras_transformer import LabelSmoothedCrossEntropy, data, distribute
+    from keras_transformer import LabelSmoothedCrossEntropy
+    from keras_transformer.training import data, distribution
     from keras_transformer.training import checkpoints
     from keras_transformer.training.callbacks import StopAtStep, TrainingMonitor, ValidationBleu
 
     if args.coordinator:
         # Before anything touches a JAX device.
-        distribute.initialize(args.coordinator, args.num_processes, args.process_id)
-    chief = distribute.is_chief()  # the one process that writes the run folder
+        distribution.initialize(args.coordinator, args.num_processes, args.process_id)
+    chief = distribution.is_chief()  # the one process that writes the run folder
     # Before any tokenizer exists: tf.random.set_seed clears TF's eager
     # resources, which breaks the SentencePiece op afterwards.
     keras.utils.set_random_seed(args.seed)
@@ -206,15 +207,15 @@ def run(args: argparse.Namespace) -> int:
         os.replace(run_file + ".tmp", run_file)
 
     checkpoint_dir = os.path.join(args.out, CHECKPOINT_DIR)
-    with _dtype_policy(args.dtype), distribute.training_scope(args.strategy) as scope:
-        replicas = distribute.num_replicas(scope)
+    with _dtype_policy(args.dtype), distribution.training_scope(args.strategy) as scope:
+        replicas = distribution.num_replicas(scope)
         model = build_model(backbone_config, tokenizer, args.max_length)
         loss = "auto"
         if args.accumulate > 1:
             # Weighted by the tokens of the whole update (data.weight_by_update).
             loss = LabelSmoothedCrossEntropy(args.label_smoothing, reduction="sum")
         elif args.strategy == "mirrored":
-            loss = distribute.GlobalTokenMean(LabelSmoothedCrossEntropy(args.label_smoothing))
+            loss = distribution.GlobalTokenMean(LabelSmoothedCrossEntropy(args.label_smoothing))
         compile_model(model, args, loss=loss)
         step = 0
         last = checkpoints.latest_checkpoint(checkpoint_dir)
@@ -231,14 +232,14 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.accumulate > 1:
             train_data = data.weight_by_update(train_data, args.accumulate)
-        train_data = distribute.prepare_dataset(train_data, args.strategy)
+        train_data = distribution.prepare_dataset(train_data, args.strategy)
         valid_data = None
         if valid_pairs:
             valid_data = data.token_batches(
                 valid_pairs, args.tokens_per_batch, shuffle=False,
                 batch_multiple=replicas, drop_remainder=replicas > 1,
             )
-            valid_data = data.with_batch_count(distribute.prepare_dataset(valid_data, args.strategy))
+            valid_data = data.with_batch_count(distribution.prepare_dataset(valid_data, args.strategy))
         saver = checkpoints.PeriodicCheckpoint(
             checkpoint_dir,
             every_steps=args.checkpoint_every_steps,

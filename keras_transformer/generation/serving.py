@@ -4,7 +4,7 @@
 takes a batch of sentences (`tf.string`, shape `[None]`) and returns their
 translations. Everything runs inside the graph: tokenization, packing as
 the model's preprocessor packs, the encoder, the beam search of section 6.1
-(`keras_transformer.models.decoding.search_step`) and detokenization. The
+(`keras_transformer.generation.decoding.search_step`) and detokenization. The
 tokenizer's own TensorFlow ops do the text work:
 
 - a native preset: one SentencePiece model (tensorflow_text), sources
@@ -46,8 +46,8 @@ from pathlib import Path
 
 import keras
 
-from keras_transformer.files import fsync_directory
-from keras_transformer.models.decoding import check_search_arguments, search_step
+from keras_transformer.utils.files import fsync_directory
+from keras_transformer.generation.decoding import check_search_arguments, search_step
 from keras_transformer.models.transformer import PAPER_BEAM_SIZE
 
 OUTPUT_KEY = "outputs"

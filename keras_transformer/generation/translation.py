@@ -12,7 +12,7 @@ import warnings
 
 import keras
 
-from keras_transformer.sentences import split_sentences
+from keras_transformer.generation.sentences import split_sentences
 
 TOO_LONG_POLICIES = ("split", "truncate", "error")
 PROGRESS_MIN_BATCHES = 3  # a progress bar beyond this many batches

@@ -11,8 +11,7 @@ Example:
 """
 
 # User mistakes raise ValueError, which `keras_transformer.cli.main` reports in
-# one line: `python -m keras_transformer.cli` loads cli.py twice (as __main__
-# and as a module), so its UserError class would not be the one main() catches.
+# one line.
 import argparse
 import json
 import re
@@ -51,8 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from keras_transformer import Transformer
-    from keras_transformer.files import read_lines
-    from keras_transformer.evaluation import evaluate_model
+    from keras_transformer.utils.files import read_lines
+    from keras_transformer.training.evaluation import evaluate_model
 
     if args.beam_size < 1:
         raise ValueError(f"--beam-size must be at least 1; got {args.beam_size}.")

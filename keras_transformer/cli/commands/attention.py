@@ -52,7 +52,7 @@ def _heads(text: str) -> list[int] | None:
 
 def run(args: argparse.Namespace) -> int:
     from keras_transformer import Transformer
-    from keras_transformer.attention_maps import attention_maps, plot_cross_attention, plot_self_attention
+    from keras_transformer.generation.attention_maps import attention_maps, plot_cross_attention, plot_self_attention
 
     if args.encoder_self_attention and args.heads is not None:
         raise ValueError("--heads is for the encoder-decoder attention; with --encoder-self-attention give one --head.")

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from keras_transformer.library_internals import HF_PREFIX, README_FILE
+from keras_transformer.utils.library_internals import HF_PREFIX, README_FILE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_handle(handle: str) -> str:
     """`hf://user/name` to the repository id `user/name`."""
-    from keras_transformer.errors import UserError
+    from keras_transformer.utils.errors import UserError
 
     repo_id = handle.removeprefix(HF_PREFIX)
     parts = repo_id.split("/")
@@ -39,7 +39,7 @@ def upload(preset_dir: str | Path, handle: str, private: bool = False, message: 
     """Verifies a preset folder and uploads it; returns the repository id."""
     import huggingface_hub
 
-    from keras_transformer.preset_integrity import verify_preset
+    from keras_transformer.presets.integrity import verify_preset
 
     repo_id = parse_handle(handle)
     directory = Path(preset_dir)

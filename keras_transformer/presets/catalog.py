@@ -17,7 +17,7 @@
   the package data ships its card and architecture, so that
   `load_weights=False` builds it offline.
 - **Shipped presets** (`shipped_presets()`): every folder of the package
-  data folder `keras_transformer/presets/` that holds a complete saved preset (a `config.json`, weights and a `metadata.json`
+  data folder `presets/` that holds a complete saved preset (a `config.json`, weights and a `metadata.json`
   written by `Transformer.save_to_preset`) is registered under the folder's
   name, e.g. `multi30k_en_de`, and loads from disk with no download.
 
@@ -28,10 +28,11 @@ Example:
 ['multi30k_en_de', 'multi30k_en_fr']
 """
 
+import importlib.resources
 import json
 from pathlib import Path
 
-from keras_transformer.library_internals import (
+from keras_transformer.utils.library_internals import (
     CONFIG_FILE,
     METADATA_FILE,
     MODEL_WEIGHTS_FILE,
@@ -47,8 +48,9 @@ ARCHITECTURES = {
     "transformer_tiny": dict(num_layers=4, hidden_dim=128, intermediate_dim=256, num_heads=4, dropout=0.3),
 }
 
-# Package data: the shipped presets' files, one folder each.
-PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+# The shipped presets' folders: the source tree's top-level `presets/`,
+# installed as the package data `keras_transformer.presets.shipped`.
+PRESETS_DIR = Path(importlib.resources.files("keras_transformer.presets.shipped"))
 HUB_ORG = "keras-transformer"
 
 

@@ -1,6 +1,6 @@
 """The `keras-transformer` command: translate, train, average, evaluate, export, ...
 
-Each subcommand lives in `keras_transformer/commands/<name>.py` with two
+Each subcommand lives in `keras_transformer/cli/commands/<name>.py` with two
 functions: `add_arguments(parser)` and `run(args) -> int`; its module
 docstring, example included, is its `--help` description. User mistakes are
 reported on stderr as one sentence, without a traceback: exit code 1 for a
@@ -8,7 +8,7 @@ failure, 2 for wrong usage (argparse's own convention), 0 for success.
 
 `--backend` and the quiet terminal (TensorFlow's native log lines hidden
 unless `--verbose` or KERAS_TRANSFORMER_VERBOSE=1) are set up before Keras
-starts, by `keras_transformer.command_line_startup`.
+starts, by `keras_transformer.cli.startup`.
 """
 
 import argparse
@@ -17,8 +17,8 @@ import os
 import shutil
 import sys
 
-from keras_transformer import command_line_startup
-from keras_transformer.errors import UserError
+from keras_transformer.cli import startup
+from keras_transformer.utils.errors import UserError
 
 DESCRIPTION = """\
 The Transformer of "Attention Is All You Need" on Keras 3: translate with a
@@ -47,13 +47,13 @@ COMMANDS = {
 def _commands() -> dict:
     """Each subcommand's module and one-line help."""
     return {
-        name: (importlib.import_module(f"keras_transformer.commands.{name}"), help_text)
+        name: (importlib.import_module(f"keras_transformer.cli.commands.{name}"), help_text)
         for name, help_text in COMMANDS.items()
     }
 
 
 def build_parser(commands: dict) -> argparse.ArgumentParser:
-    verbose_help = f"show TensorFlow's and JAX's own log lines (or set {command_line_startup.VERBOSE_VARIABLE}=1)"
+    verbose_help = f"show TensorFlow's and JAX's own log lines (or set {startup.VERBOSE_VARIABLE}=1)"
     verbose = argparse.ArgumentParser(add_help=False)
     verbose.add_argument("--verbose", dest="native_logs", action="store_true", help=verbose_help)
     # After the command too; SUPPRESS keeps a --verbose given before it.
@@ -63,7 +63,7 @@ def build_parser(commands: dict) -> argparse.ArgumentParser:
     )
     backend = argparse.ArgumentParser(add_help=False)
     backend.add_argument(
-        "--backend", choices=command_line_startup.BACKENDS,
+        "--backend", choices=startup.BACKENDS,
         help="Keras' backend (default: KERAS_BACKEND, else tensorflow)",
     )
     parser = argparse.ArgumentParser(
@@ -89,7 +89,7 @@ def build_parser(commands: dict) -> argparse.ArgumentParser:
 
 def _parents(name: str, verbose: argparse.ArgumentParser, backend: argparse.ArgumentParser) -> list:
     """The shared options a command takes after its name."""
-    parents = [] if name in command_line_startup.OWN_VERBOSE else [verbose]
+    parents = [] if name in startup.OWN_VERBOSE else [verbose]
     return parents + [backend] if name in BACKEND_COMMANDS else parents
 
 
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"keras-transformer {args.command}: interrupted.", file=sys.stderr)
         return 1
     except Exception as error:
-        cache = command_line_startup.unreadable_compile_cache(error)
+        cache = startup.unreadable_compile_cache(error)
         if cache is None or os.environ.get("KERAS_TRANSFORMER_DEBUG"):
             raise
         # Only a cache: emptying it costs a compilation, keeping it fails every run.
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check_backend(requested: str | None) -> None:
-    """`--backend` is applied before Keras starts (command_line_startup);
+    """`--backend` is applied before Keras starts (keras_transformer.cli.startup);
     when `main` is called in a process where Keras already runs, it is too late."""
     if requested is None:
         return
@@ -146,6 +146,3 @@ def _sentence(error: Exception) -> str:
         return f"cannot open {error.filename}: {error.strerror.lower()}."
     return " ".join(str(error).split()) or type(error).__name__
 
-
-if __name__ == "__main__":
-    sys.exit(main())

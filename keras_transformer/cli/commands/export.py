@@ -39,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
     import keras
 
     from keras_transformer import Transformer
-    from keras_transformer.errors import UserError
-    from keras_transformer.serving import export_saved_model
+    from keras_transformer.utils.errors import UserError
+    from keras_transformer.generation.serving import export_saved_model
 
     if keras.config.backend() != "tensorflow":
         raise UserError(

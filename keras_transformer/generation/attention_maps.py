@@ -15,7 +15,7 @@ own attention output).
 
 Example:
 >>> import keras_transformer as kt
->>> from keras_transformer.attention_maps import attention_maps
+>>> from keras_transformer.generation.attention_maps import attention_maps
 >>> pairs = [("a dog runs .", "ein hund rennt ."), ("a cat .", "eine katze .")]
 >>> tokenizer = kt.train_tokenizer([s for p in pairs for s in p] * 10, 40)
 >>> model = kt.Transformer(
@@ -36,8 +36,8 @@ import textwrap
 import numpy as np
 from keras import ops
 
-from keras_transformer import library_internals
-from keras_transformer.models.decoding import compiled_search, resolve_jit_compile
+from keras_transformer.utils import library_internals
+from keras_transformer.generation.decoding import compiled_search, resolve_jit_compile
 
 WORD_START = "\u2581"  # SentencePiece's mark of a piece that begins a word
 

@@ -3,7 +3,7 @@
 `search_step` runs the encoder once, computes the cross-attention keys and
 values of its output once (one copy per sentence, which all its beams read:
 `layers.cached_attention.attend_cached`), and hands a cached one-position `step` to the greedy or
-beam search of `keras_transformer.models.search`. `compiled_search` compiles
+beam search of `keras_transformer.generation.search`. `compiled_search` compiles
 it per backend: XLA on TensorFlow, `jax.jit` on JAX (stateless, the
 variables passed in), `torch.no_grad` on torch.
 """
@@ -14,7 +14,7 @@ from functools import partial
 import keras
 from keras import ops
 
-from keras_transformer.models import search
+from keras_transformer.generation import search
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 
 

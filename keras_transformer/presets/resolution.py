@@ -16,7 +16,7 @@ import os
 import warnings
 from pathlib import Path
 
-from keras_transformer.library_internals import (
+from keras_transformer.utils.library_internals import (
     ASSET_DIR,
     BUILTIN_PRESETS_FOR_BACKBONE,
     CONFIG_FILE,
@@ -26,14 +26,14 @@ from keras_transformer.library_internals import (
     register_presets,
 )
 from keras_transformer.models.transformer_backbone import TransformerBackbone
-from keras_transformer.models.transformer_presets import (
+from keras_transformer.presets.catalog import (
     ARCHITECTURE_PRESETS,
     NAMED_PRESETS,
     PAPER_PRESETS,
     PRESETS_DIR,
     shipped_presets,
 )
-from keras_transformer.preset_integrity import check_safe_configs, interrupted_save_hint, verify_preset
+from keras_transformer.presets.integrity import check_safe_configs, interrupted_save_hint, verify_preset
 
 # Files a model needs to build without weights; the rest is weights.
 ARCHITECTURE_PATTERNS = ["*.json", f"{ASSET_DIR}/*", README_FILE]

@@ -32,9 +32,9 @@ import os
 import warnings
 from collections.abc import Iterator
 
-from keras_transformer.files import decode_message, raw_lines, read_lines
-from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
-from keras_transformer.text_libraries import require_text_libraries, tf
+from keras_transformer.utils.files import decode_message, raw_lines, read_lines
+from keras_transformer.utils.special_tokens import END_ID, PAD_ID, START_ID
+from keras_transformer.utils.text_libraries import require_text_libraries, tf
 
 
 @dataclasses.dataclass
@@ -351,7 +351,7 @@ def weight_by_update(dataset: tf.data.Dataset, micro_batches: int) -> tf.data.Da
     real target tokens (T: real target tokens in the whole group), and a loss
     with `reduction="sum"` then gives micro-batch gradients whose average is
     exactly the gradient of the token mean over all K batches, as one batch
-    of all their tokens would. (`keras_transformer.distribute.GlobalTokenMean`
+    of all their tokens would. (`keras_transformer.training.distribution.GlobalTokenMean`
     does the same across replicas.) A last incomplete group is dropped.
     """
 

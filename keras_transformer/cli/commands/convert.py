@@ -26,11 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def convert(source: str, out_dir: str | Path, revision: str | None = None, dtype: str = "float32") -> Path:
     """Converts `source` and saves it as a preset in `out_dir`; returns the folder."""
     from keras_transformer import Transformer, marian
-    from keras_transformer.errors import UserError
+    from keras_transformer.utils.errors import UserError
     from keras_transformer.marian.card import model_card, source_license
     from keras_transformer.marian.hub import CheckpointFiles
-    from keras_transformer.preset_resolution import preset_handle
-    from keras_transformer.preset_saving import save_preset
+    from keras_transformer.presets.resolution import preset_handle
+    from keras_transformer.presets.saving import save_preset
 
     handle = preset_handle(source)
     if not marian.is_transformers_checkpoint(handle, revision):

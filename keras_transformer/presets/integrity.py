@@ -22,7 +22,7 @@ from pathlib import Path
 
 import keras
 
-from keras_transformer.library_internals import CONFIG_FILE, METADATA_FILE, MODEL_WEIGHTS_FILE, README_FILE
+from keras_transformer.utils.library_internals import CONFIG_FILE, METADATA_FILE, MODEL_WEIGHTS_FILE, README_FILE
 
 # `metadata.json` is KerasHub's file, written and uploaded with every preset;
 # the checksums live in it under this key rather than in a second file, so a

@@ -27,8 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_transformer.errors import UserError
-    from keras_transformer.run_folder import CHECKPOINT_DIR, RUN_FILE, VOCABULARY_FILE
+    from keras_transformer.utils.errors import UserError
+    from keras_transformer.training.run_folder import CHECKPOINT_DIR, RUN_FILE, VOCABULARY_FILE
     from keras_transformer.training import checkpoints
 
     if args.last < 1:
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _model(run_config: dict, vocabulary: str):
     from keras_transformer import TransformerTokenizer
-    from keras_transformer.run_folder import build_model
+    from keras_transformer.training.run_folder import build_model
 
     max_length = run_config["arguments"]["max_length"]
     return build_model(run_config["backbone"], TransformerTokenizer(proto=vocabulary), max_length)

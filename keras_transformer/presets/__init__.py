@@ -1,0 +1,2 @@
+"""Presets: the catalogue of named presets, resolving names and handles to
+verified folders, integrity checks, atomic saving and model cards."""
