@@ -1,1 +1,5 @@
-"""Benchmarks of issue 14: this project against Hugging Face and CTranslate2 (see README.md)."""
+"""Benchmarks: this project against Hugging Face and CTranslate2 on identical weights (see README.md)."""
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]

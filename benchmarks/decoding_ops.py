@@ -36,7 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from benchmarks import REPO_ROOT
+
 BATCH, SOURCE_LENGTH, NEW_TOKENS = 32, 24, 24
 ROLES = (
     "output projection",
@@ -97,7 +98,7 @@ def event_times(logdir: str) -> collections.Counter:
     try:
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
     except ImportError as error:
-        raise SystemExit(f"reading the profile needs TensorFlow's xplane protocol buffers: {error}")
+        raise SystemExit(f"reading the profile needs TensorFlow's xplane protocol buffers: {error}") from error
     [path] = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True))[-1:]
     space = xplane_pb2.XSpace()
     space.ParseFromString(Path(path).read_bytes())
@@ -147,8 +148,13 @@ def profile(args: argparse.Namespace, backend: str, dump: str, logdir: str) -> N
     """Decodes under the profiler and prints the table (XLA's program dumped to `dump`)."""
     # Read when XLA starts, so before the backend is imported.
     os.environ["XLA_FLAGS"] = " ".join(
-        [os.environ.get("XLA_FLAGS", ""), "--xla_cpu_enable_xprof_traceme=true", f"--xla_dump_to={dump}",
-         "--xla_dump_hlo_as_text", "--xla_dump_hlo_module_re=.*(inference_function|stateless).*"]
+        [
+            os.environ.get("XLA_FLAGS", ""),
+            "--xla_cpu_enable_xprof_traceme=true",
+            f"--xla_dump_to={dump}",
+            "--xla_dump_hlo_as_text",
+            "--xla_dump_hlo_module_re=.*(inference_function|stateless).*",
+        ]
     ).strip()
 
     from benchmarks.checkpoint import build
@@ -175,11 +181,15 @@ def profile(args: argparse.Namespace, backend: str, dump: str, logdir: str) -> N
             by_role[roles[name]] += seconds / args.calls
     covered = sum(by_role.values())
     if not covered:
-        raise SystemExit("the profile holds no event of the search's operations: does this XLA support "
-                         "--xla_cpu_enable_xprof_traceme?")
+        raise SystemExit(
+            "the profile holds no event of the search's operations: does this XLA support "
+            "--xla_cpu_enable_xprof_traceme?"
+        )
     search = "greedy" if beam_size is None else f"beam {beam_size}"
-    print(f"{args.size}, {search}, batch {BATCH}, {SOURCE_LENGTH} -> {NEW_TOKENS} tokens, {backend} + XLA, "
-          f"{args.threads} threads: {call_s:.3f} s a call; operations cover {covered / call_s:.0%} of it")
+    print(
+        f"{args.size}, {search}, batch {BATCH}, {SOURCE_LENGTH} -> {NEW_TOKENS} tokens, {backend} + XLA, "
+        f"{args.threads} threads: {call_s:.3f} s a call; operations cover {covered / call_s:.0%} of it"
+    )
     print("| part | ms per call | ms per step | share |")
     print("| --- | --- | --- | --- |")
     for role in ROLES:

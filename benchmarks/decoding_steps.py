@@ -1,6 +1,6 @@
 """Per-step decoding cost as outputs grow, and recompilation on new batches.
 
-Three checks of issue 14's "flat decoding cost", one process each:
+Three checks that decoding cost stays flat as outputs grow, one process each:
 
     python -m benchmarks.decoding_steps                   # TensorFlow, tiny and base
     python -m benchmarks.decoding_steps --backend jax --sizes tiny
@@ -38,7 +38,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from benchmarks import REPO_ROOT
+
 NEW_TOKENS = (8, 16, 32, 64, 128)
 SOURCE_LENGTH = 8
 BUFFERS = (25, 65, 129, 257)
@@ -77,8 +78,15 @@ def measure_growth(size_name: str, workdir: Path, repeats: int, threads: int) ->
                 start = time.perf_counter()
                 implementation.decode(workload)
                 times.append(time.perf_counter() - start)
-            rows.append({"size": size_name, "beam_size": beam_size, "new_tokens": n,
-                         "first_s": first, "steady_s": statistics.median(times)})
+            rows.append(
+                {
+                    "size": size_name,
+                    "beam_size": beam_size,
+                    "new_tokens": n,
+                    "first_s": first,
+                    "steady_s": statistics.median(times),
+                }
+            )
     return rows
 
 
@@ -95,20 +103,26 @@ def measure_buffers(size_name: str, workdir: Path, repeats: int) -> list[dict]:
     rows = []
     for beam_size in (1, 4):
         for buffer in BUFFERS:
-            def decode():
+
+            def decode(buffer=buffer, beam_size=beam_size):
                 # The end token is forced after BUFFER_STEPS tokens (the source has
                 # SOURCE_LENGTH - 1 tokens besides its end token).
                 return implementation.model.generate(
-                    inputs, max_length=buffer, beam_size=None if beam_size == 1 else beam_size,
+                    inputs,
+                    max_length=buffer,
+                    beam_size=None if beam_size == 1 else beam_size,
                     max_extra_length=BUFFER_STEPS - (SOURCE_LENGTH - 1),
                 )
+
             decode()
             times = []
             for _ in range(repeats):
                 start = time.perf_counter()
                 decode()
                 times.append(time.perf_counter() - start)
-            rows.append({"size": size_name, "beam_size": beam_size, "buffer": buffer, "steady_s": statistics.median(times)})
+            rows.append(
+                {"size": size_name, "beam_size": beam_size, "buffer": buffer, "steady_s": statistics.median(times)}
+            )
     return rows
 
 
@@ -116,15 +130,15 @@ def measure_batches(beam_size: int, limit: int | None) -> list[dict]:
     import keras
 
     from keras_transformer import Transformer
-    from keras_transformer.utils.files import read_lines
     from keras_transformer.generation.translation import tokenize
+    from keras_transformer.utils.files import read_lines
 
     data = Path(os.environ.get("KERAS_TRANSFORMER_DATA", REPO_ROOT.parent / "shared" / "data")) / "multi30k"
     sources = list(read_lines(data / "raw" / "test_2016_flickr.en.gz"))[:limit]
     model = Transformer.from_preset("multi30k_en_de")
     rows = []
     for index in range(0, len(sources), 32):
-        batch = sources[index:index + 32]
+        batch = sources[index : index + 32]
         packed = model.preprocessor.pack_sources(tokenize(model.preprocessor.tokenizer, batch))
         traces_before = _trace_counts(model)
         start = time.perf_counter()
@@ -132,28 +146,35 @@ def measure_batches(beam_size: int, limit: int | None) -> list[dict]:
         seconds = time.perf_counter() - start
         traces_after = _trace_counts(model)
         tensorflow = keras.config.backend() == "tensorflow"
-        rows.append({
-            "batch": index // 32, "sentences": len(batch), "padded_length": packed["encoder_token_ids"].shape[1],
-            "seconds": seconds,
-            # Searches built for this batch: the full source + 50 buffer the
-            # first time a batch does not finish within the short one.
-            "new_searches": len(traces_after) - len(traces_before),
-            # Searches built before and traced again (a recompilation).
-            "retraced": sum(traces_after[k] - n for k, n in traces_before.items()) if tensorflow else None,
-        })
+        rows.append(
+            {
+                "batch": index // 32,
+                "sentences": len(batch),
+                "padded_length": packed["encoder_token_ids"].shape[1],
+                "seconds": seconds,
+                # Searches built for this batch: the full source + 50 buffer the
+                # first time a batch does not finish within the short one.
+                "new_searches": len(traces_after) - len(traces_before),
+                # Searches built before and traced again (a recompilation).
+                "retraced": sum(traces_after[k] - n for k, n in traces_before.items()) if tensorflow else None,
+            }
+        )
     return rows
 
 
 def _trace_counts(model) -> dict:
     """The model's compiled searches (by configuration) and, on TensorFlow,
     how many times each was traced."""
-    functions = model._search_functions.functions
+    functions = model.compiled_searches
     return {key: getattr(f, "experimental_get_tracing_count", lambda: 0)() for key, f in functions.items()}
 
 
 def growth_table(rows: list[dict]) -> list[str]:
-    lines = ["| size | search | steps | ms a step (measured) | relative | counted FLOPs a step, relative | first call s (compilation) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| size | search | steps | ms a step (measured) | relative | counted FLOPs a step, relative "
+        "| first call s (compilation) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for (size, beam), group in _groups(rows, ("size", "beam_size")).items():
         group = sorted(group, key=lambda r: r["new_tokens"])
         base_ms = base_flops = None
@@ -163,14 +184,18 @@ def growth_table(rows: list[dict]) -> list[str]:
             # The mean buffer length over these steps (each call's buffer is n + 1).
             flops = step_flops(size, (n1 + n2) // 2 + 1, SOURCE_LENGTH, beam)
             base_ms, base_flops = base_ms or ms, base_flops or flops
-            lines.append(f"| {size} | {'greedy' if beam == 1 else f'beam {beam}'} | {n1 + 1}-{n2} | {ms:.2f} | "
-                         f"{ms / base_ms:.2f} | {flops / base_flops:.2f} | {current['first_s']:.1f} |")
+            lines.append(
+                f"| {size} | {'greedy' if beam == 1 else f'beam {beam}'} | {n1 + 1}-{n2} | {ms:.2f} | "
+                f"{ms / base_ms:.2f} | {flops / base_flops:.2f} | {current['first_s']:.1f} |"
+            )
     return lines
 
 
 def buffers_table(rows: list[dict]) -> list[str]:
-    lines = ["| size | search | " + " | ".join(f"buffer {b}" for b in BUFFERS) + " |",
-             "| --- | --- | " + " | ".join("---" for _ in BUFFERS) + " |"]
+    lines = [
+        "| size | search | " + " | ".join(f"buffer {b}" for b in BUFFERS) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in BUFFERS) + " |",
+    ]
     for (size, beam), group in _groups(rows, ("size", "beam_size")).items():
         cells = [f"{r['steady_s']:.3f}" for r in sorted(group, key=lambda r: r["buffer"])]
         lines.append(f"| {size} | {'greedy' if beam == 1 else f'beam {beam}'} | " + " | ".join(cells) + " |")
@@ -178,16 +203,20 @@ def buffers_table(rows: list[dict]) -> list[str]:
 
 
 def batches_table(rows: list[dict]) -> list[str]:
-    lines = ["| padded source length | batches | first batch s | other batches: median s (max) "
-             "| new searches after the first batch | searches traced again |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| padded source length | batches | first batch s | other batches: median s (max) "
+        "| new searches after the first batch | searches traced again |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for (length,), group in sorted(_groups(rows, ("padded_length",)).items()):
         later = [r["seconds"] for r in group[1:]]
         # A bucket's first batch traces the searches for its shape.
         retraced = [r["retraced"] for r in group[1:] if r["retraced"] is not None]
         later_text = f"{statistics.median(later):.2f} ({max(later):.2f})" if later else "-"
-        lines.append(f"| {length} | {len(group)} | {group[0]['seconds']:.2f} | {later_text} | "
-                     f"{sum(r['new_searches'] for r in group[1:])} | {sum(retraced) if retraced else '-'} |")
+        lines.append(
+            f"| {length} | {len(group)} | {group[0]['seconds']:.2f} | {later_text} | "
+            f"{sum(r['new_searches'] for r in group[1:])} | {sum(retraced) if retraced else '-'} |"
+        )
     return lines
 
 
@@ -221,18 +250,35 @@ def main() -> None:
     environment = {**os.environ, "KERAS_BACKEND": args.backend}
     results = {}
     for part in PARTS:
-        command = [sys.executable, "-m", "benchmarks.decoding_steps", "--part", part, "--sizes", *args.sizes,
-                   "--repeats", str(args.repeats), "--threads", str(args.threads), "--workdir", str(args.workdir)]
+        command = [
+            sys.executable,
+            "-m",
+            "benchmarks.decoding_steps",
+            "--part",
+            part,
+            "--sizes",
+            *args.sizes,
+            "--repeats",
+            str(args.repeats),
+            "--threads",
+            str(args.threads),
+            "--workdir",
+            str(args.workdir),
+        ]
         command += ["--limit", str(args.limit)] if args.limit else []
         output = subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True)
         if output.returncode:
             raise RuntimeError(f"{' '.join(command)} failed:\n{output.stderr[-3000:]}")
         results[part] = json.loads(output.stdout.strip().splitlines()[-1])
-    print(f"Per-step cost, {args.backend}, float32, batch 32, {SOURCE_LENGTH} source tokens "
-          f"(median of {args.repeats} steady calls):")
+    print(
+        f"Per-step cost, {args.backend}, float32, batch 32, {SOURCE_LENGTH} source tokens "
+        f"(median of {args.repeats} steady calls):"
+    )
     print("\n".join(growth_table(results["growth"])))
-    print(f"\nSeconds for exactly {BUFFER_STEPS} tokens, {args.backend}, float32, batch 32, one thread, "
-          f"{args.sizes[0]} size (median of {args.repeats}):")
+    print(
+        f"\nSeconds for exactly {BUFFER_STEPS} tokens, {args.backend}, float32, batch 32, one thread, "
+        f"{args.sizes[0]} size (median of {args.repeats}):"
+    )
     print("\n".join(buffers_table(results["buffers"])))
     print(f"\nmulti30k_en_de on test_2016_flickr, {args.backend}, beam 4, batches of 32, in file order:")
     print("\n".join(batches_table(results["batches"])))

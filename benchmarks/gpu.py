@@ -1,10 +1,10 @@
-"""The benchmark on a GPU machine (issue 14, item 7), in priority order until a deadline.
+"""The benchmark on a GPU machine, in priority order until a deadline.
 
     python -m benchmarks.gpu --workdir DIR --seconds 240
     python -m benchmarks.gpu --workdir DIR --seconds 600 --device cpu --size micro --train-batch 8  # smoke test
 
-For the lent GPU machine, which has JAX and PyTorch but neither TensorFlow nor
-CTranslate2 (and no network to install them): this project on JAX (and, for
+For a GPU machine that has JAX and PyTorch but neither TensorFlow nor
+CTranslate2 (nor a network to install them), and only a limited time: this project on JAX (and, for
 decoding, PyTorch) against Hugging Face's `MarianMTModel`, all on one random
 base Marian checkpoint (`benchmarks.checkpoint --no-ct2`). Each job runs in
 its own `benchmarks.worker` process, in this order, while time is left:
@@ -34,9 +34,9 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import REPO_ROOT
 from benchmarks.workloads import Decode, Train, check_workload, training_flops, workload_to_dict
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 PAPER_BATCH_PAIRS = 800  # of 32 + 32 tokens
 # Section 5.2: base models took about 0.4 s a step on 8 P100s, each step about
 # 25,000 source + 25,000 target tokens.
@@ -84,8 +84,17 @@ def matmul_peaks(device: str) -> dict:
 
 def run_job(job: dict, key: str, args, checkpoint: Path, timeout: float, reference: str | None) -> dict:
     workdir = args.workdir
-    job = {**job, "size": args.size, "checkpoint": str(checkpoint), "reference": reference,
-           "strict": True, "repeats": 3, "train_steps": 5, "threads": os.cpu_count(), "device": args.device}
+    job = {
+        **job,
+        "size": args.size,
+        "checkpoint": str(checkpoint),
+        "reference": reference,
+        "strict": True,
+        "repeats": 3,
+        "train_steps": 5,
+        "threads": os.cpu_count(),
+        "device": args.device,
+    }
     job_path, result_path = workdir / f"{key}.job.json", workdir / f"{key}.result.json"
     job_path.write_text(json.dumps(job, indent=1))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
@@ -96,8 +105,14 @@ def run_job(job: dict, key: str, args, checkpoint: Path, timeout: float, referen
     print(f"[gpu] {key} (at most {timeout:.0f} s)", flush=True)
     with open(workdir / f"{key}.log", "w") as log:
         try:
-            subprocess.run([sys.executable, "-m", "benchmarks.worker", str(job_path), str(result_path)],
-                           cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
+            subprocess.run(
+                [sys.executable, "-m", "benchmarks.worker", str(job_path), str(result_path)],
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             return {"job": job, "workloads": {}, "error": f"stopped at the deadline ({timeout:.0f} s)"}
     if not result_path.exists():
@@ -112,11 +127,17 @@ def label(job: dict) -> str:
 
 
 def render(peaks: dict, results: list[dict], command: str) -> str:
-    lines = [f"# GPU benchmark: {peaks.get('device', 'GPU')}", "", f"Command: `{command}`", "",
-             f"Matrix-multiply peak measured in the same run (torch, {peaks['n']}^3): bfloat16 "
-             f"{peaks['bfloat16']:.1f} TFLOP/s, float32 without TF32 {peaks['float32']:.1f} TFLOP/s.", "",
-             "| implementation | workload | first call s | steady s | per second | vs HF same precision | MFU |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        f"# GPU benchmark: {peaks.get('device', 'GPU')}",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Matrix-multiply peak measured in the same run (torch, {peaks['n']}^3): bfloat16 "
+        f"{peaks['bfloat16']:.1f} TFLOP/s, float32 without TF32 {peaks['float32']:.1f} TFLOP/s.",
+        "",
+        "| implementation | workload | first call s | steady s | per second | vs HF same precision | MFU |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     hf = {}
     for result in results:
         if result["job"]["implementation"] == "hf":
@@ -125,7 +146,9 @@ def render(peaks: dict, results: list[dict], command: str) -> str:
     for result in results:
         job = result["job"]
         if result.get("error") and not result["workloads"]:
-            lines.append(f"| {label(job)} | {', '.join(w['kind'] for w in job['workloads'])} | | | {result['error']} | | |")
+            lines.append(
+                f"| {label(job)} | {', '.join(w['kind'] for w in job['workloads'])} | | | {result['error']} | | |"
+            )
             continue
         precision = "bfloat16" if job["precision"] == "mixed_bfloat16" else job["precision"]
         for name, entry in result["workloads"].items():
@@ -140,12 +163,17 @@ def render(peaks: dict, results: list[dict], command: str) -> str:
                 workload = Train(job["size"], batch=job["workloads"][0]["batch"])
                 flops = training_flops(workload) / entry["steady_s"] / 1e12
                 mfu = f"{100 * flops / peaks[precision]:.0f}% ({flops:.0f} TFLOP/s)"
-            lines.append(f"| {label(job)} | {name} | {entry['first_s']:.1f} | {entry['steady_s']:.4f} | "
-                         f"{entry[unit]:,.0f} {unit.split('_')[0]} | {ratio} | {mfu} |")
+            lines.append(
+                f"| {label(job)} | {name} | {entry['first_s']:.1f} | {entry['steady_s']:.4f} | "
+                f"{entry[unit]:,.0f} {unit.split('_')[0]} | {ratio} | {mfu} |"
+            )
         if result.get("check"):
             lines.append(f"| | greedy agreement with HF | | | {result['check']} | | |")
-    lines += ["", f"Paper (section 5.2): base, about 0.4 s a step of ~25,000 + 25,000 tokens on 8 P100s: "
-              f"about {PAPER_TOKENS_PER_S:,.0f} tokens/s for all 8, {PAPER_TOKENS_PER_S / 8:,.0f} per GPU."]
+    lines += [
+        "",
+        f"Paper (section 5.2): base, about 0.4 s a step of ~25,000 + 25,000 tokens on 8 P100s: "
+        f"about {PAPER_TOKENS_PER_S:,.0f} tokens/s for all 8, {PAPER_TOKENS_PER_S / 8:,.0f} per GPU.",
+    ]
     return "\n".join(lines) + "\n"
 
 

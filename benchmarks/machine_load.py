@@ -72,7 +72,7 @@ class OtherLoadMeter:
     True
     """
 
-    def start(self) -> "OtherLoadMeter":
+    def start(self) -> OtherLoadMeter:
         self._machine, self._own, self._wall = machine_cpu_seconds(), own_cpu_seconds(), time.monotonic()
         return self
 

@@ -105,9 +105,7 @@ class HuggingFace:
         torch = self.torch
         if self.optimizer is None:
             self.model.train()
-            self.optimizer = torch.optim.Adam(
-                self.model.parameters(), lr=LEARNING_RATE, betas=(0.9, 0.98), eps=1e-9
-            )
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=LEARNING_RATE, betas=(0.9, 0.98), eps=1e-9)
         arrays = {k: torch.from_numpy(v).long().to(self.device) for k, v in workload.arrays().items()}
         for _ in range(steps):
             with self.autocast:

@@ -33,8 +33,8 @@ from keras import ops  # noqa: E402
 
 import keras_transformer  # noqa: E402
 from keras_transformer import Transformer, TransformerBackbone  # noqa: E402
-from keras_transformer.utils import text_libraries  # noqa: E402
 from keras_transformer.training.data import without_autotuning  # noqa: E402
+from keras_transformer.utils import text_libraries  # noqa: E402
 
 IMPORT_S = time.perf_counter() - _start
 
@@ -135,7 +135,9 @@ class ProjectImplementation:
         }
         tf = text_libraries.tf
         if tf is None:  # the GPU machine: Keras' own `fit` takes the arrays
-            keras.Model.fit(self.model, x, repeat(arrays["labels"]), batch_size=workload.batch, epochs=1, verbose=0, shuffle=False)
+            keras.Model.fit(
+                self.model, x, repeat(arrays["labels"]), batch_size=workload.batch, epochs=1, verbose=0, shuffle=False
+            )
             return
         # A tf.data pipeline as the train command's (`data.token_batches`):
         # arrays given to `fit` go through KerasHub's pipeline, whose

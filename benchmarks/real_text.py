@@ -31,7 +31,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from benchmarks import REPO_ROOT
+
 DATA = Path(os.environ.get("KERAS_TRANSFORMER_DATA", REPO_ROOT.parent / "shared" / "data")) / "multi30k"
 WAYS = ("short-first", "full-buffer")
 PRECISIONS = ("float32", "mixed_bfloat16", "int8")
@@ -39,10 +40,10 @@ PRECISIONS = ("float32", "mixed_bfloat16", "int8")
 
 def measure(way: str, preset: str, beam_size: int | None, limit: int | None, precision: str = "float32") -> dict:
     """One way and precision, in this process."""
-    from keras_transformer.cli.commands.translate import load_model
+    from keras_transformer.generation.precision import load_model
+    from keras_transformer.models import transformer
     from keras_transformer.training.evaluation import evaluate_translations
     from keras_transformer.utils.files import read_lines
-    from keras_transformer.models import transformer
 
     if way == "full-buffer":
         transformer.FIRST_BUFFER_EXTRA = 10**6  # never shorter than the full buffer
@@ -69,8 +70,19 @@ def measure(way: str, preset: str, beam_size: int | None, limit: int | None, pre
 
 
 def run_worker(way: str, precision: str, args: argparse.Namespace) -> dict:
-    command = [sys.executable, "-m", "benchmarks.real_text", "--way", way, "--precision", precision,
-               "--preset", args.preset, "--beam-size", str(args.beam_size)]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.real_text",
+        "--way",
+        way,
+        "--precision",
+        precision,
+        "--preset",
+        args.preset,
+        "--beam-size",
+        str(args.beam_size),
+    ]
     command += ["--limit", str(args.limit)] if args.limit else []
     environment = {**os.environ, "KERAS_BACKEND": args.backend}
     output = subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True)
@@ -85,8 +97,12 @@ def main() -> None:
     parser.add_argument("--preset", default="multi30k_en_de")
     parser.add_argument("--beam-size", type=int, default=4, help="0 for greedy")
     parser.add_argument("--limit", type=int, help="only the first N sentences")
-    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS,
-                        help="compare these precisions (the default way) instead of the two ways")
+    parser.add_argument(
+        "--precisions",
+        nargs="+",
+        choices=PRECISIONS,
+        help="compare these precisions (the default way) instead of the two ways",
+    )
     parser.add_argument("--way", choices=WAYS, help=argparse.SUPPRESS)  # one measurement, in a worker process
     parser.add_argument("--precision", choices=PRECISIONS, default="float32", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -99,13 +115,18 @@ def main() -> None:
     reference = results[0]
     search = f"beam {beam_size}" if beam_size else "greedy"
     print(f"{args.preset}, test_2016_flickr ({reference['sentences']} sentences), {args.backend}, {search}, batch 32:")
-    print("| way | precision | first pass (sentences/s) | steady (sentences/s) | BLEU | chrF2 | identical to the first row |")
+    print(
+        "| way | precision | first pass (sentences/s) | steady (sentences/s) | BLEU | chrF2 "
+        "| identical to the first row |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         same = sum(a == b for a, b in zip(reference["translations"], r["translations"]))
-        print(f"| {r['way']} | {r['precision']} | {r['first_pass_sentences_per_s']:.1f} | {r['steady_sentences_per_s']:.1f} "
-              f"| {r['bleu']:.2f} ({r['bleu'] - reference['bleu']:+.2f}) | {r['chrf']:.2f} ({r['chrf'] - reference['chrf']:+.2f}) "
-              f"| {same} of {r['sentences']} |")
+        print(
+            f"| {r['way']} | {r['precision']} | {r['first_pass_sentences_per_s']:.1f} "
+            f"| {r['steady_sentences_per_s']:.1f} | {r['bleu']:.2f} ({r['bleu'] - reference['bleu']:+.2f}) "
+            f"| {r['chrf']:.2f} ({r['chrf'] - reference['chrf']:+.2f}) | {same} of {r['sentences']} |"
+        )
 
 
 if __name__ == "__main__":

@@ -8,11 +8,11 @@ import platform
 import subprocess
 from pathlib import Path
 
+from benchmarks import REPO_ROOT
 from benchmarks.machine_load import OtherLoad
 from benchmarks.workloads import SIZES, Train, headline_workloads, training_flops, workload_from_dict
 
 PACKAGES = ("keras", "keras-hub", "tensorflow", "jax", "jaxlib", "torch", "transformers", "ctranslate2", "numpy")
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def versions() -> dict[str, str]:
@@ -27,20 +27,36 @@ def versions() -> dict[str, str]:
     return found
 
 
+# The CPU flags that decide which matrix-product kernels can run: AVX-512,
+# its bfloat16 and VNNI (int8) forms, and AMX's tiles.
+MATRIX_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
+
+
 def machine() -> dict:
-    model = "unknown"
+    model, flags = "unknown", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith("model name") and model == "unknown":
                 model = line.split(":", 1)[1].strip()
-                break
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return {"cpu_count": os.cpu_count(), "cpu_model": model, "platform": platform.platform()}
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpu_model": model,
+        "matrix_extensions": [flag for flag in MATRIX_FLAGS if flag in flags],
+        "platform": platform.platform(),
+    }
 
 
 def _is_peer(result: dict) -> bool:
     return result["job"]["implementation"] != "project"
+
+
+def _precision_class(result: dict) -> str:
+    """ "float32" or "reduced" (bfloat16 matrix products, int8 weights)."""
+    return "float32" if result["job"]["precision"] == "float32" else "reduced"
 
 
 def _entry(result: dict, name: str) -> dict:
@@ -90,10 +106,12 @@ def render(context: dict, results: list[dict]) -> str:
     sizes = [s for s in SIZES if any(r["job"]["size"] == s for r in results)]
     peak = (context.get("peak") or {}).get("peak_gflops")
     grouped = _by_label(results)
-    lines = ["# Benchmark results (issue 14)", ""]
-    loads = {when: OtherLoad(**context[key]) for when, key in
-             (("before it started", "other_load_before"), ("while it ran", "other_load_during"))
-             if context.get(key)}
+    lines = ["# Benchmark results", ""]
+    loads = {
+        when: OtherLoad(**context[key])
+        for when, key in (("before it started", "other_load_before"), ("while it ran", "other_load_during"))
+        if context.get(key)
+    }
     disturbed = [f"{when}: {load.describe()}" for when, load in loads.items() if not load.quiet]
     if context["dev"] or disturbed or not loads:
         why = "; ".join(disturbed) if disturbed else "marked --dev" if context["dev"] else "not measurable here"
@@ -106,18 +124,25 @@ def render(context: dict, results: list[dict]) -> str:
         f"- Date (UTC): {context['started']} to {context['finished']}",
         f"- Command: `{context['command']}` (from the repository root)",
         f"- Machine: {context['machine']['cpu_count']} CPUs, {context['machine']['cpu_model']}, "
-        f"{context['machine']['platform']}",
+        f"{context['machine']['platform']}; matrix extensions: "
+        + (", ".join(context["machine"].get("matrix_extensions", [])) or "none found"),
         f"- Threads: {context['threads']} per implementation: "
         + ", ".join(f"`{k}={v}`" for k, v in context["thread_environment"].items())
         + "; `torch.set_num_threads`, `tf.config.threading.set_intra_op_parallelism_threads`, CTranslate2 "
         "`intra_threads`; "
-        + (f"pinned to CPUs {context['pinned_cpus']}" if context["pinned_cpus"] else "no pinning (no more CPUs than threads)")
+        + (
+            f"pinned to CPUs {context['pinned_cpus']}"
+            if context["pinned_cpus"]
+            else "no pinning (no more CPUs than threads)"
+        )
         + ".",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in context["versions"].items()),
     ]
     if loads:
-        lines.append("- Other processes' CPU use (`benchmarks/machine_load.py`): "
-                     + "; ".join(f"{when} {load.describe()}" for when, load in loads.items()))
+        lines.append(
+            "- Other processes' CPU use (`benchmarks/machine_load.py`): "
+            + "; ".join(f"{when} {load.describe()}" for when, load in loads.items())
+        )
     imported = sorted({r["module_file"] for r in results if r.get("module_file")})
     if imported:
         lines.append("- `keras_transformer` imported from: " + ", ".join(f"`{path}`" for path in imported))
@@ -164,10 +189,10 @@ def render(context: dict, results: list[dict]) -> str:
     lines += [
         "",
         "Greedy: batch 32, 24 -> 24 tokens. Log-probabilities: the same batch, teacher-forced on 24 fixed "
-        f"random target tokens (softmax without `<pad>`, as CTranslate2's vocabulary has it). float32 "
+        "random target tokens (softmax without `<pad>`, as CTranslate2's vocabulary has it). float32 "
         "implementations are timed only with at least 90% of the sentences identical (tokens can tie to "
-        "float32 precision) and log-probabilities within 1e-3. Random models tend to repeat one token per sentence, so the "
-        "log-probabilities are the stronger test of identical weights.",
+        "float32 precision) and log-probabilities within 1e-3. Random models tend to repeat one token per sentence, "
+        "so the log-probabilities are the stronger test of identical weights.",
         "",
     ]
 
@@ -187,24 +212,26 @@ def render(context: dict, results: list[dict]) -> str:
     rows = [[label] + [_cell(_find(g, w.name), w, peak) for w in present] for label, g in grouped.items()]
     lines += _table(["implementation"] + [short(w) for w in present], rows) + [""]
 
-    # Ratios
-    lines += ["## This project / fastest peer", ""]
+    # Ratios, each against the fastest peer of the same precision class: a
+    # float32 implementation against float32 peers, a reduced-precision one
+    # (bfloat16, int8) against every reduced-precision peer.
+    lines += ["## This project / fastest peer of the same precision class", ""]
     fastest = {}
     for w in present:
-        peers = [(_throughput(_find(g, w.name)), label) for label, g in grouped.items() if _is_peer(g[0])]
-        peers = [(v, label) for v, label in peers if v]
-        if peers:
-            fastest[w.name] = max(peers)
+        for label, g in grouped.items():
+            value = _throughput(_find(g, w.name))
+            key = (w.name, _precision_class(g[0]))
+            if _is_peer(g[0]) and value and value > fastest.get(key, (0, ""))[0]:
+                fastest[key] = (value, label)
     rows = []
     for label, g in grouped.items():
         if _is_peer(g[0]):
             continue
         row = [label]
         for w in present:
-            value = _throughput(_find(g, w.name))
-            row.append(f"{value / fastest[w.name][0]:.2f}" if value and w.name in fastest else "")
+            value, peer = _throughput(_find(g, w.name)), fastest.get((w.name, _precision_class(g[0])))
+            row.append(f"{value / peer[0]:.2f} ({peer[1]})" if value and peer else "")
         rows.append(row)
-    rows.append(["(fastest peer)"] + [fastest[w.name][1] if w.name in fastest else "" for w in present])
     lines += _table(["implementation"] + [short(w) for w in present], rows) + [""]
 
     # Start-up, compilation, memory
@@ -218,26 +245,32 @@ def render(context: dict, results: list[dict]) -> str:
                 entry = result["workloads"].get(w.name, {})
                 if "first_s" in entry:
                     firsts.append(f"{short(w).split(' (')[0]} {entry['first_s']:.1f} / {entry['steady_s']:.2f}")
-            rows.append([
-                label,
-                size,
-                f"{result['import_s']:.1f}" if "import_s" in result else "",
-                f"{result['load_s']:.1f}" if "load_s" in result else "",
-                "; ".join(firsts),
-                f"{result.get('peak_rss_mb', 0):,.0f}",
-            ])
+            rows.append(
+                [
+                    label,
+                    size,
+                    f"{result['import_s']:.1f}" if "import_s" in result else "",
+                    f"{result['load_s']:.1f}" if "load_s" in result else "",
+                    "; ".join(firsts),
+                    f"{result.get('peak_rss_mb', 0):,.0f}",
+                ]
+            )
     lines += _table(
         ["implementation", "size", "import s", "load s", "first call s / steady s (per call or step)", "peak RSS MB"],
         rows,
     )
-    lines += ["", "Peak RSS is the whole process (`resource.getrusage`), libraries included: "
-              "`import keras_transformer` loads TensorFlow on every backend.", ""]
+    lines += [
+        "",
+        "Peak RSS is the whole process (`resource.getrusage`), libraries included: "
+        "`import keras_transformer` loads TensorFlow on every backend.",
+        "",
+    ]
 
     # Grid
     headline_names = {w.name for s in sizes for w in headline_workloads(s)}
     grid = []
     for result in results:
-        for name, entry in result["workloads"].items():
+        for name in result["workloads"]:
             if name not in headline_names and name not in grid:
                 grid.append(name)
     if grid:
@@ -247,7 +280,9 @@ def render(context: dict, results: list[dict]) -> str:
             for w in result["job"]["workloads"]:
                 workload = workload_from_dict(w)
                 workloads[workload.name] = workload
-        rows = [[label] + [_cell(_find(g, name), workloads[name], None) for name in grid] for label, g in grouped.items()]
+        rows = [
+            [label] + [_cell(_find(g, name), workloads[name], None) for name in grid] for label, g in grouped.items()
+        ]
         header = [name.split(", ", 1)[1] for name in grid]
         lines += _table(["implementation"] + header, rows) + [""]
 
@@ -269,16 +304,18 @@ def render(context: dict, results: list[dict]) -> str:
         "- Each implementation and size runs in its own process (`benchmarks/worker.py`); the Keras "
         "backend is fixed per process by `KERAS_BACKEND`.",
         "- This project gets the checkpoint through `benchmarks/marian_weights.py:backbone_from_marian` "
-        "(the project's own Marian converter, `keras_transformer.marian`). Decoding uses the public `Transformer.generate` "
-        "(greedy: `beam_size=None`), with one benchmark-only hook (`benchmarks/project.py:"
+        "(the project's own Marian converter, `keras_transformer.marian`). Decoding uses the public "
+        "`Transformer.generate` (greedy: `beam_size=None`), with one benchmark-only hook (`benchmarks/project.py:"
         "FixedLengthBackbone`) that keeps the end token from winning before the length limit; every "
         "implementation runs 24 decoder steps. Training uses `model.compile()` (the paper's recipe) and "
         "`model.fit` on token ids in a tf.data pipeline with the autotuner off, as the train command's "
         "(`keras_transformer.training.data.without_autotuning`).",
         "- Hugging Face: `generate(num_beams, min_new_tokens = max_new_tokens = 24, suppress_tokens=[<pad>])`; "
-        "training is a plain torch loop with the same label-smoothed loss and Adam(0.9, 0.98, 1e-9).",
-        "- CTranslate2: `TransformersConverter` on the saved checkpoint, `Translator(compute_type=float32 "
-        "| int8)`, `translate_batch(beam_size, min_decoding_length = max_decoding_length = 24)`.",
+        "training is a plain torch loop with the same label-smoothed loss and Adam(0.9, 0.98, 1e-9); "
+        '`bfloat16` runs both under `torch.autocast("cpu", dtype=torch.bfloat16)`.',
+        "- CTranslate2: `TransformersConverter` on the saved checkpoint, `Translator(compute_type=...)` with each "
+        "compute type named in the table (`--peers ct2-best`: every type `ctranslate2.get_supported_compute_types"
+        '("cpu")` lists), `translate_batch(beam_size, min_decoding_length = max_decoding_length = 24)`.',
         "",
     ]
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Runs the whole benchmark of issue 14 and writes `benchmarks/RESULTS.md`.
+"""Runs the whole benchmark and writes `benchmarks/RESULTS.md`.
 
     python -m benchmarks.run                 # everything, the default grid
     python -m benchmarks.run --full-grid     # batch 1/8/32/128, source 8..256
@@ -27,15 +27,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks import report
+from benchmarks import REPO_ROOT, report
 from benchmarks.machine_load import OtherLoadMeter, sample_other_load
 from benchmarks.workloads import SIZES, grid_workloads, headline_workloads, workload_to_dict
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = Path(__file__).resolve().parent
 BACKENDS = ("tensorflow", "jax", "torch")
 PRECISIONS = ("float32", "mixed_bfloat16", "int8")
-PEERS = ("hf", "ct2-float32", "ct2-int8")
+# Hugging Face in float32 and under bfloat16 autocast; CTranslate2 in each
+# compute type its CPU build may offer (`ct2-best`: every one this CPU
+# supports, see `ct2_compute_types`).
+HF_PEERS = ("hf", "hf-bfloat16")
+CT2_COMPUTE_TYPES = ("float32", "int8", "int8_float32", "int8_bfloat16", "int16", "bfloat16")
+PEERS = (*HF_PEERS, *(f"ct2-{c}" for c in CT2_COMPUTE_TYPES), "ct2-best")
+DEFAULT_PEERS = ("hf", "hf-bfloat16", "ct2-best")
 
 
 def thread_environment(threads: int) -> dict[str, str]:
@@ -84,21 +89,49 @@ def run_process(args: list[str], env: dict, log: Path, timeout: float, cpus: lis
             return -9
 
 
+def ct2_compute_types(peers: list[str], supported: set[str] | None = None) -> list[str]:
+    """The CTranslate2 compute types to measure: those named, or with
+    `ct2-best` every type this CPU supports (float32 first)."""
+    named = [p.removeprefix("ct2-") for p in peers if p.startswith("ct2-") and p != "ct2-best"]
+    if "ct2-best" in peers:
+        if supported is None:
+            import ctranslate2
+
+            supported = set(ctranslate2.get_supported_compute_types("cpu"))
+        named += [c for c in CT2_COMPUTE_TYPES if c in supported]
+    return list(dict.fromkeys(named))
+
+
 def implementations(args) -> list[dict]:
     """`(implementation, backend, precision, label)` in the order they run; HF first."""
     jobs = []
     if "hf" in args.peers:
-        jobs.append(dict(implementation="hf", backend=None, precision="float32",
-                         label="HF transformers MarianMT, torch float32"))
-    for peer in args.peers:
-        if peer.startswith("ct2-"):
-            precision = peer.removeprefix("ct2-")
-            jobs.append(dict(implementation="ct2", backend=None, precision=precision,
-                             label=f"CTranslate2 {precision}"))
+        jobs.append(
+            dict(
+                implementation="hf", backend=None, precision="float32", label="HF transformers MarianMT, torch float32"
+            )
+        )
+    if "hf-bfloat16" in args.peers:
+        jobs.append(
+            dict(
+                implementation="hf",
+                backend=None,
+                precision="bfloat16",
+                label="HF transformers MarianMT, torch bfloat16 autocast",
+            )
+        )
+    for precision in ct2_compute_types(args.peers):
+        jobs.append(dict(implementation="ct2", backend=None, precision=precision, label=f"CTranslate2 {precision}"))
     for backend in args.backends:
         for precision in args.precisions:
-            jobs.append(dict(implementation="project", backend=backend, precision=precision,
-                             label=f"this project, {backend}, {precision}"))
+            jobs.append(
+                dict(
+                    implementation="project",
+                    backend=backend,
+                    precision=precision,
+                    label=f"this project, {backend}, {precision}",
+                )
+            )
     return jobs
 
 
@@ -107,11 +140,16 @@ def parse_args(argv=None):
     parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["base", "tiny"])
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))
-    parser.add_argument("--peers", nargs="*", choices=PEERS, default=list(PEERS))
+    parser.add_argument("--peers", nargs="*", choices=PEERS, default=list(DEFAULT_PEERS))
     parser.add_argument("--full-grid", action="store_true", help="batch 1/8/32/128 and source 8..256 (tiny size)")
     parser.add_argument("--no-grid", action="store_true", help="only the headline workloads")
-    parser.add_argument("--train-sizes", nargs="*", choices=sorted(SIZES), default=None,
-                        help="sizes whose training is measured (default: every size in --sizes)")
+    parser.add_argument(
+        "--train-sizes",
+        nargs="*",
+        choices=sorted(SIZES),
+        default=None,
+        help="sizes whose training is measured (default: every size in --sizes)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="steady-state calls; the median is reported")
     parser.add_argument("--train-steps", type=int, default=2, help="training steps per timed call")
     parser.add_argument("--threads", type=int, default=2)
@@ -119,10 +157,15 @@ def parse_args(argv=None):
     parser.add_argument("--workdir", type=Path, default=BENCHMARKS / ".work")
     parser.add_argument("--output", type=Path, default=BENCHMARKS / "RESULTS.md")
     parser.add_argument("--dev", action="store_true", help="mark the results as a development run")
-    parser.add_argument("--quiet-check-seconds", type=float, default=10.0,
-                        help="how long other processes' CPU use is sampled before the run starts")
-    parser.add_argument("--no-strict", action="store_true",
-                        help="time float32 implementations even if their greedy outputs differ")
+    parser.add_argument(
+        "--quiet-check-seconds",
+        type=float,
+        default=10.0,
+        help="how long other processes' CPU use is sampled before the run starts",
+    )
+    parser.add_argument(
+        "--no-strict", action="store_true", help="time float32 implementations even if their greedy outputs differ"
+    )
     return parser.parse_args(argv)
 
 

@@ -26,7 +26,7 @@ import statistics
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from benchmarks import REPO_ROOT
 
 
 def stage_functions(model, x, y, w) -> dict:
@@ -49,8 +49,12 @@ def stage_functions(model, x, y, w) -> dict:
         return tape.gradient(value, model.trainable_variables)
 
     compile = lambda f: tf.function(f, jit_compile=True)  # noqa: E731
-    return {"forward (backbone)": compile(forward), "+ output projection": compile(logits),
-            "+ label-smoothed loss": compile(loss), "+ backward pass": compile(gradients)}
+    return {
+        "forward (backbone)": compile(forward),
+        "+ output projection": compile(logits),
+        "+ label-smoothed loss": compile(loss),
+        "+ backward pass": compile(gradients),
+    }
 
 
 def median_seconds(function, repeats: int) -> tuple[float, float]:
@@ -118,14 +122,19 @@ def main() -> None:
     b, t, d, vocab = workload.batch, workload.target_length, size.hidden_dim, size.vocabulary_size
     projection_flops = 2 * b * t * d * vocab
     backbone_flops = training_flops(workload) / 3 - projection_flops
-    print(f"{args.size} training step, {workload.batch} pairs of {workload.source_length} + {workload.target_length} "
-          f"tokens, TensorFlow + XLA, {args.threads} threads (median of {args.repeats}):")
+    print(
+        f"{args.size} training step, {workload.batch} pairs of {workload.source_length} + {workload.target_length} "
+        f"tokens, TensorFlow + XLA, {args.threads} threads (median of {args.repeats}):"
+    )
     print("| stage | cumulative ms | this stage ms | share of the step | counted GFLOP | GFLOP/s |")
     print("| --- | --- | --- | --- | --- | --- |")
     step_ms = rows[-1][2] * 1000
     previous = 0.0
-    flops = {"forward (backbone)": backbone_flops, "+ output projection": projection_flops,
-             "+ backward pass": 2 * (backbone_flops + projection_flops)}
+    flops = {
+        "forward (backbone)": backbone_flops,
+        "+ output projection": projection_flops,
+        "+ backward pass": 2 * (backbone_flops + projection_flops),
+    }
     for name, _, seconds in rows:
         ms = seconds * 1000
         stage = ms - previous

@@ -12,7 +12,8 @@ its greedy output and the teacher-forced log-probabilities of fixed random
 targets are compared with the reference before anything else is timed; a
 float32 implementation that disagrees (fewer than `SENTENCES_REQUIRED` of
 the greedy sentences identical, or a log-probability off by more than
-`SCORE_TOLERANCE`) is not timed at all (unless the job says otherwise). Training comes last, since it changes the weights.
+`SCORE_TOLERANCE`) is not timed at all (unless the job says otherwise).
+Training comes last, since it changes the weights.
 """
 
 from __future__ import annotations
@@ -105,24 +106,32 @@ def measure(implementation: Implementation, workload, repeats: int, train_steps:
         first_s, _ = timed(implementation.decode, workload)
         times = [timed(implementation.decode, workload)[0] for _ in range(repeats)]
         steady_s = statistics.median(times)
-        return {"first_s": first_s, "times_s": times, "steady_s": steady_s,
-                "sentences_per_s": workload.batch / steady_s}
+        return {
+            "first_s": first_s,
+            "times_s": times,
+            "steady_s": steady_s,
+            "sentences_per_s": workload.batch / steady_s,
+        }
     first_s, _ = timed(implementation.train, workload, 1)
 
     def seconds_per_step() -> float:
         # The marginal time of `train_steps` more steps in one call: what a
         # long training run pays a step, without a call's set-up, which
         # differs by implementation (`fit` given arrays built a tf.data
-        # pipeline on every call, measured here 0.4 s, a tiny step's half;
-        # the peers' plain loops have none).
+        # pipeline on every call, as long as half a tiny step; the peers'
+        # plain loops have none).
         one_step, _ = timed(implementation.train, workload, 1)
         more_steps, _ = timed(implementation.train, workload, 1 + train_steps)
         return (more_steps - one_step) / train_steps
 
     times = [seconds_per_step() for _ in range(repeats)]
     steady_s = statistics.median(times)
-    return {"first_s": first_s, "times_s": times, "steady_s": steady_s,
-            "tokens_per_s": workload.tokens_per_step / steady_s}
+    return {
+        "first_s": first_s,
+        "times_s": times,
+        "steady_s": steady_s,
+        "tokens_per_s": workload.tokens_per_step / steady_s,
+    }
 
 
 def run(job: dict, result_path: Path) -> dict:

@@ -106,7 +106,7 @@ class Train:
 
     @property
     def tokens_per_step(self) -> int:
-        """Source plus target tokens, as the issue counts them."""
+        """Source plus target tokens, as the headline table counts them."""
         return self.batch * (self.source_length + self.target_length)
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -119,9 +119,7 @@ class Train:
         source[:, -1] = END_ID
         labels = rng.integers(UNK_ID + 1, vocab - 1, size=(self.batch, self.target_length), dtype="int32")
         labels[:, -1] = END_ID
-        decoder_input = np.concatenate(
-            [np.full((self.batch, 1), pad_id(size), "int32"), labels[:, :-1]], axis=1
-        )
+        decoder_input = np.concatenate([np.full((self.batch, 1), pad_id(size), "int32"), labels[:, :-1]], axis=1)
         return {"source": source, "decoder_input": decoder_input, "labels": labels}
 
 
@@ -129,7 +127,7 @@ Workload = Decode | Train
 
 
 def headline_workloads(size: str) -> list[Workload]:
-    """The issue's table: greedy (first: the agreement check), beam 4, training."""
+    """The headline table's workloads: greedy (first: the agreement check), beam 4, training."""
     return [
         check_workload(size),
         Decode(size, 32, 24, 24, beam_size=4),
@@ -173,12 +171,17 @@ def training_flops(workload: Train) -> float:
     d, ff, vocab, layers = size.hidden_dim, size.intermediate_dim, size.vocabulary_size, size.layers
     b, s, t = workload.batch, workload.source_length, workload.target_length
     encoder = b * s * (8 * d * d + 4 * d * ff + 4 * s * d)
-    decoder = b * t * (
-        8 * d * d  # self-attention projections
-        + 4 * d * d  # cross-attention query and output projections
-        + 4 * d * ff
-        + 4 * t * d  # self-attention scores and mixing
-        + 4 * s * d  # cross-attention scores and mixing
-    ) + b * s * 4 * d * d  # cross-attention keys and values of the source
+    decoder = (
+        b
+        * t
+        * (
+            8 * d * d  # self-attention projections
+            + 4 * d * d  # cross-attention query and output projections
+            + 4 * d * ff
+            + 4 * t * d  # self-attention scores and mixing
+            + 4 * s * d  # cross-attention scores and mixing
+        )
+        + b * s * 4 * d * d
+    )  # cross-attention keys and values of the source
     logits = b * t * 2 * d * vocab
     return 3.0 * (layers * (encoder + decoder) + logits)

@@ -69,7 +69,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--preset", default="multi30k_en_de")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--run-eagerly", action="store_true", help="no graph compilation: starts at once, each step slower")
+    parser.add_argument(
+        "--run-eagerly", action="store_true", help="no graph compilation: starts at once, each step slower"
+    )
     args = parser.parse_args(argv)
 
     keras.utils.set_random_seed(0)  # before any tokenizer exists (it resets TF's kernel cache)

@@ -29,20 +29,29 @@ from pathlib import Path
 
 import keras_transformer as kt
 from keras_transformer.cli.commands.convert import convert
-from keras_transformer.marian.tokenizer import MarianTokenizer
 from keras_transformer.generation.serving import export_saved_model
+from keras_transformer.marian.tokenizer import MarianTokenizer
 
 SENTENCES = ["A dog runs across the green field.", "Two children are playing in the snow."]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("source", nargs="?", default="hf://Helsinki-NLP/opus-mt-en-de",
-                        help="an hf:// handle, a save_pretrained folder, or any preset")
-    parser.add_argument("--out", default="exported/opus_mt_en_de",
-                        help="output folder: preset/ (converted) and savedmodel/1/ (export)")
-    parser.add_argument("--sentence", action="append", dest="sentences",
-                        help="a sentence to translate (repeat for more; default: two examples)")
+    parser.add_argument(
+        "source",
+        nargs="?",
+        default="hf://Helsinki-NLP/opus-mt-en-de",
+        help="an hf:// handle, a save_pretrained folder, or any preset",
+    )
+    parser.add_argument(
+        "--out", default="exported/opus_mt_en_de", help="output folder: preset/ (converted) and savedmodel/1/ (export)"
+    )
+    parser.add_argument(
+        "--sentence",
+        action="append",
+        dest="sentences",
+        help="a sentence to translate (repeat for more; default: two examples)",
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     sentences = args.sentences or SENTENCES

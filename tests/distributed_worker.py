@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO_ROOT  # tests/, this script's folder, is first on the path
 
 VOCABULARY_SIZE = 32
 SEQUENCE_LENGTH = 8
@@ -32,13 +32,19 @@ CONFIG = dict(
 def parse_args(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--strategy", default="none")
-    parser.add_argument("--devices", type=int, default=1, help="logical CPUs (TF) or host devices (JAX) in this process")
+    parser.add_argument(
+        "--devices", type=int, default=1, help="logical CPUs (TF) or host devices (JAX) in this process"
+    )
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=8, help="the global batch")
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--global-token-mean", action="store_true", help="wrap the loss in distribution.GlobalTokenMean")
-    parser.add_argument("--dropout-masks", action="store_true", help="only report whether replicas draw different dropout masks")
+    parser.add_argument(
+        "--global-token-mean", action="store_true", help="wrap the loss in distribution.GlobalTokenMean"
+    )
+    parser.add_argument(
+        "--dropout-masks", action="store_true", help="only report whether replicas draw different dropout masks"
+    )
     parser.add_argument("--coordinator")
     parser.add_argument("--num-processes", type=int)
     parser.add_argument("--process-id", type=int)
@@ -157,7 +163,7 @@ def _data_strategy(strategy):
 def main(argv=None):
     args = parse_args(argv)
     configure_devices(args)
-    sys.path.insert(0, REPO_ROOT)
+    sys.path.insert(0, str(REPO_ROOT))
     import keras
     import numpy as np
 
@@ -182,7 +188,9 @@ def main(argv=None):
         report["chief"] = distribution.is_chief()
         weights = [np.asarray(keras.ops.convert_to_numpy(w), "float32") for w in model.weights]
         report["optimizer"] = type(model.optimizer).__name__
-        report["finite"] = bool(all(np.isfinite(w).all() for w in weights)) and bool(np.isfinite(report["losses"]).all())
+        report["finite"] = bool(all(np.isfinite(w).all() for w in weights)) and bool(
+            np.isfinite(report["losses"]).all()
+        )
         np.savez(args.out + ".npz", *weights)
     with open(args.out + ".json", "w") as f:
         json.dump(report, f)

@@ -53,6 +53,20 @@ TARGET_SENTENCES = [
     "Ein kleines Mädchen isst ein Eis.",
     "Drei Freunde lachen über einen Witz.",
 ]
+DUTCH_SENTENCES = [
+    "Een hond rent over het groene veld.",
+    "Twee kinderen spelen in de sneeuw.",
+    "De vrouw leest een boek in de tuin.",
+    "Een man fietst door de straat.",
+    "Sommige mensen wachten op de bus.",
+    "De kat slaapt op de warme vensterbank.",
+    "Een klein meisje eet een ijsje.",
+    "Drie vrienden lachen om een grap.",
+]
+# The multilingual checkpoint's target languages and their sentences; its
+# vocabulary also has a language it was never trained into (">>eng<<").
+LANGUAGE_SENTENCES = {"deu": TARGET_SENTENCES, "nld": DUTCH_SENTENCES}
+LANGUAGE_TAGS = [">>deu<<", ">>eng<<", ">>nld<<"]
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 # The fields `transformers` no longer reads but every Opus-MT config.json
 # still carries: the converter must check them (e.g. normalize_before).
@@ -283,8 +297,15 @@ def _write_tokenizer_files(folder: Path, source_proto: bytes, target_proto: byte
         "---\nlanguage:\n- en\n- de\ntags:\n- translation\nlicense: cc-by-4.0\n---\n# A tiny test model\n", "utf-8"
     )
     (folder / "tokenizer_config.json").write_text(
-        json.dumps({"source_lang": "en", "target_lang": "de", "model_max_length": 512,
-                    "tokenizer_class": "MarianTokenizer", "separate_vocabs": False}),
+        json.dumps(
+            {
+                "source_lang": "en",
+                "target_lang": "de",
+                "model_max_length": 512,
+                "tokenizer_class": "MarianTokenizer",
+                "separate_vocabs": False,
+            }
+        ),
         "utf-8",
     )
 
@@ -336,8 +357,7 @@ def write_marian_repo(
     state = {
         k: v.detach().numpy().copy()
         for k, v in model.state_dict().items()
-        if k not in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
-                     "lm_head.weight")
+        if k not in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight")
         and "embed_positions" not in k
     }
     if extra_lm_head:
@@ -366,9 +386,17 @@ def write_marian_repo(
     config = _real_config(model, variant)
     (folder / "config.json").write_text(json.dumps(config, indent=2), "utf-8")
     (folder / "generation_config.json").write_text(
-        json.dumps({"bad_words_ids": [[config["pad_token_id"]]], "decoder_start_token_id": config["pad_token_id"],
-                    "eos_token_id": config["eos_token_id"], "forced_eos_token_id": config["eos_token_id"],
-                    "max_length": 512, "num_beams": 4, "pad_token_id": config["pad_token_id"]}),
+        json.dumps(
+            {
+                "bad_words_ids": [[config["pad_token_id"]]],
+                "decoder_start_token_id": config["pad_token_id"],
+                "eos_token_id": config["eos_token_id"],
+                "forced_eos_token_id": config["eos_token_id"],
+                "max_length": 512,
+                "num_beams": 4,
+                "pad_token_id": config["pad_token_id"],
+            }
+        ),
         "utf-8",
     )
     return result
@@ -391,3 +419,93 @@ def publish(folder: Path, cache: Path, repo: str) -> Path:
     for path in Path(folder).iterdir():
         shutil.copy2(path, snapshot / path.name)
     return snapshot
+
+
+def write_multilingual_repo(folder: Path, seed: int = 0) -> dict:
+    """A multilingual Marian checkpoint with separate vocabularies, written by
+    `transformers` itself (`save_pretrained` of the tokenizer and the model).
+
+    As the newer Opus-MT conversions: `share_encoder_decoder_embeddings:
+    false`, so an encoder embedding over `vocab.json` and a decoder embedding
+    over `target_vocab.json` (to which `lm_head` is tied); the source starts
+    with a target-language token (`>>deu<<`, `>>nld<<`). The two vocabularies
+    differ in size, and `</s>` and `<unk>` are ids 0 and 1 in both, as Marian
+    numbers them. The model is trained briefly on English to German and
+    Dutch, so that the language token changes the translation.
+
+    Returns:
+        `{"model": MarianMTModel, "tokenizer": MarianTokenizer, "folder": Path}`.
+    """
+    import tempfile
+
+    import torch
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    folder = Path(folder)
+    targets = [s for sentences in LANGUAGE_SENTENCES.values() for s in sentences]
+    # The source vocabulary is the larger: `<pad>` (the target's last id) is
+    # the padding index of both embeddings, as in every converted checkpoint.
+    source_proto = train_sentencepiece(SOURCE_SENTENCES, 120)
+    target_proto = train_sentencepiece(targets, 50)
+    source_pieces = ["</s>", "<unk>", *LANGUAGE_TAGS, *pieces_of(source_proto), "<pad>"]
+    target_pieces = ["</s>", "<unk>", *pieces_of(target_proto), "<pad>"]
+    with tempfile.TemporaryDirectory() as inputs:
+        # The tokenizer's inputs, as Marian's converter hands them over;
+        # transformers writes the checkpoint's own files below.
+        inputs = Path(inputs)
+        (inputs / "source.spm").write_bytes(source_proto)
+        (inputs / "target.spm").write_bytes(target_proto)
+        for name, pieces in (("vocab.json", source_pieces), ("target_vocab.json", target_pieces)):
+            (inputs / name).write_text(json.dumps({p: i for i, p in enumerate(pieces)}), "utf-8")
+        tokenizer = MarianTokenizer(
+            source_spm=str(inputs / "source.spm"),
+            target_spm=str(inputs / "target.spm"),
+            vocab=str(inputs / "vocab.json"),
+            target_vocab_file=str(inputs / "target_vocab.json"),
+            separate_vocabs=True,
+            source_lang="eng",
+            target_lang="deu+nld",
+        )
+        tokenizer.save_pretrained(str(folder))
+    pad = len(target_pieces) - 1
+    config = MarianConfig(
+        vocab_size=len(source_pieces),
+        decoder_vocab_size=len(target_pieces),
+        share_encoder_decoder_embeddings=False,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        activation_function="relu",
+        max_position_embeddings=128,
+        scale_embedding=True,
+        pad_token_id=pad,
+        decoder_start_token_id=pad,
+        eos_token_id=0,
+        forced_eos_token_id=0,
+        bos_token_id=0,
+        dropout=0.1,
+        attention_dropout=0.0,
+        init_std=0.2,
+    )
+    torch.manual_seed(seed)
+    model = MarianMTModel(config)
+    with torch.no_grad():
+        model.final_logits_bias.normal_(0.0, 0.5)
+        model.model.decoder.embed_tokens.weight[pad].zero_()
+    sources = [f">>{language}<< {s}" for language in LANGUAGE_SENTENCES for s in SOURCE_SENTENCES]
+    batch = tokenizer(sources, padding=True, return_tensors="pt")
+    labels = tokenizer(text_target=targets, padding=True, return_tensors="pt")
+    batch["labels"] = labels["input_ids"].masked_fill(labels["attention_mask"] == 0, -100)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(120):
+        optimizer.zero_grad()
+        model(**batch).loss.backward()
+        optimizer.step()
+    model.eval()
+    model.save_pretrained(str(folder))
+    return {"model": model, "tokenizer": MarianTokenizer.from_pretrained(str(folder)), "folder": folder}

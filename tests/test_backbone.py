@@ -3,7 +3,7 @@ import pytest
 from keras import ops
 
 import keras_transformer as kt
-from conftest import TINY_CONFIG
+from helpers import TINY_CONFIG
 
 BASE = dict(num_encoder_layers=6, num_decoder_layers=6, num_heads=8, hidden_dim=512, intermediate_dim=2048)
 BIG = dict(num_encoder_layers=6, num_decoder_layers=6, num_heads=16, hidden_dim=1024, intermediate_dim=4096)
@@ -157,5 +157,41 @@ def test_a_decoding_steps_logits_are_the_backbones_logits_for_any_rows():
         hidden = np.random.default_rng(rows).normal(size=(rows, 1, 16)).astype("float32")
         np.testing.assert_allclose(
             ops.convert_to_numpy(backbone.decoding_logits(hidden)),
-            ops.convert_to_numpy(backbone.logits(hidden)), rtol=1e-5, atol=1e-5,
+            ops.convert_to_numpy(backbone.logits(hidden)),
+            rtol=1e-5,
+            atol=1e-5,
         )
+
+
+def test_a_separate_target_vocabulary_has_its_own_tied_embedding():
+    backbone = kt.TransformerBackbone(
+        vocabulary_size=40,
+        target_vocabulary_size=30,
+        use_logits_bias=True,
+        pad_token_id=29,
+        start_token_id=29,
+        end_token_id=0,
+        unk_token_id=1,
+        **TINY_CONFIG,
+    )
+    target = ops.convert_to_numpy(backbone.target_token_embedding.embeddings)
+    assert target.shape == (30, 16) and backbone.token_embedding.input_dim == 40
+    hidden = np.random.default_rng(0).normal(size=(2, 1, 16)).astype("float32")
+    np.testing.assert_allclose(ops.convert_to_numpy(backbone.logits(hidden)), hidden @ target.T, rtol=1e-5, atol=1e-5)
+    # Decoder tokens read the target matrix; source ids beyond it are fine.
+    inputs = {
+        "encoder_token_ids": np.array([[35, 39, 0]]),
+        "encoder_padding_mask": np.ones((1, 3), "int32"),
+        "decoder_token_ids": np.array([[29, 5]]),
+        "decoder_padding_mask": np.ones((1, 2), "int32"),
+    }
+    assert tuple(backbone(inputs)["decoder_sequence_output"].shape) == (1, 2, 16)
+    restored = kt.TransformerBackbone.from_config(backbone.get_config())
+    assert restored.target_vocabulary_size == 30 and restored.count_params() == backbone.count_params()
+    # The shared-vocabulary backbone's count, plus the target matrix and its logits bias.
+    assert backbone.count_params() == kt.TransformerBackbone(vocabulary_size=40, **TINY_CONFIG).count_params() + 30 * 17
+
+
+def test_special_ids_of_a_separate_target_vocabulary_must_be_target_ids():
+    with pytest.raises(ValueError, match="outside the target vocabulary of 30"):
+        kt.TransformerBackbone(vocabulary_size=40, target_vocabulary_size=30, pad_token_id=35, **TINY_CONFIG)

@@ -86,11 +86,33 @@ def test_marian_weights_give_hugging_face_logits(tmp_path):
 def test_the_harness_runs_end_to_end(tmp_path):
     output = tmp_path / "RESULTS.md"
     output.write_text("# old results\n| old |\n\n## Profiles and other measurements\n\nkept by hand\n")
-    run.main([
-        "--sizes", "micro", "--backends", keras.config.backend(), "--precisions", "float32",
-        "--peers", "hf", "ct2-float32", "--repeats", "1", "--train-steps", "1", "--threads", "1",
-        "--dev", "--quiet-check-seconds", "1", "--workdir", str(tmp_path / "work"), "--output", str(output),
-    ])
+    run.main(
+        [
+            "--sizes",
+            "micro",
+            "--backends",
+            keras.config.backend(),
+            "--precisions",
+            "float32",
+            "--peers",
+            "hf",
+            "hf-bfloat16",
+            "ct2-float32",
+            "--repeats",
+            "1",
+            "--train-steps",
+            "1",
+            "--threads",
+            "1",
+            "--dev",
+            "--quiet-check-seconds",
+            "1",
+            "--workdir",
+            str(tmp_path / "work"),
+            "--output",
+            str(output),
+        ]
+    )
     text = output.read_text()
     assert "Development run" in text
     assert "Other processes' CPU use" in text
@@ -98,27 +120,51 @@ def test_the_harness_runs_end_to_end(tmp_path):
     results = json.loads((tmp_path / "work" / "results.json").read_text())["results"]
     assert [r["job"]["label"] for r in results] == [
         "HF transformers MarianMT, torch float32",
+        "HF transformers MarianMT, torch bfloat16 autocast",
         "CTranslate2 float32",
         f"this project, {keras.config.backend()}, float32",
     ]
     for result in results:
         assert "error" not in result, result["error"]
-        if not result.get("is_reference"):
+        if not result.get("is_reference") and result["job"]["precision"] == "float32":
             assert result["check"]["sentences_equal"] == 1.0
             assert result["check"]["max_log_prob_difference"] < 1e-3
         decoding = [e for e in result["workloads"].values() if "sentences_per_s" in e]
         assert len(decoding) == 2  # greedy and beam 4
     training = [e for r in results for e in r["workloads"].values() if "tokens_per_s" in e]
-    assert len(training) == 2  # Hugging Face and this project
-    assert "## This project / fastest peer" in text
+    assert len(training) == 3  # Hugging Face in float32 and bfloat16, and this project
+    assert "## This project / fastest peer of the same precision class" in text
+    # float32 is compared with float32 peers only, never with bfloat16 autocast.
+    ratios = text.split("## This project / fastest peer")[1].split("\n## ")[0]
+    assert "bfloat16" not in ratios.split("this project,")[1].split("\n")[0]
+
+
+def test_the_peers_at_their_best_are_every_compute_type_the_cpu_supports():
+    supported = {"float32", "int8", "int8_float32", "int16"}  # a CPU without bfloat16
+    assert run.ct2_compute_types(["ct2-best"], supported) == ["float32", "int8", "int8_float32", "int16"]
+    assert run.ct2_compute_types(["ct2-int8", "ct2-best"], supported)[0] == "int8"  # named first, once
+    labels = [
+        job["label"]
+        for job in run.implementations(
+            run.parse_args(["--peers", "hf-bfloat16", "ct2-int16", "--backends", "jax", "--precisions", "int8"])
+        )
+    ]
+    assert labels == [
+        "HF transformers MarianMT, torch bfloat16 autocast",
+        "CTranslate2 int16",
+        "this project, jax, int8",
+    ]
 
 
 def _busy_python(seconds: float, done: Path) -> str:
-    return (f"import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end: pass\n"
-            f"open({str(done)!r}, 'w').close()")
+    return (
+        f"import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end: pass\n"
+        f"open({str(done)!r}, 'w').close()"
+    )
 
 
-@pytest.mark.slow  # measures other processes: needs no test running beside it (tools/test.sh runs slow tests one at a time)
+# Measures other processes: needs no test running beside it (tools/test.sh runs slow tests one at a time).
+@pytest.mark.slow
 def test_other_processes_cpu_use_is_measured_without_the_benchmarks_own(tmp_path):
     import shlex
     import subprocess
@@ -150,12 +196,22 @@ def test_the_decoding_profile_takes_out_each_part(tmp_path, capsys):
 
     decoding_profile.main(["--size", "micro", "--repeats", "1", "--threads", "1", "--workdir", str(tmp_path)])
     lines = capsys.readouterr().out.splitlines()
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if line.startswith(("| greedy", "| beam"))]
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in lines
+        if line.startswith(("| greedy", "| beam"))
+    ]
     parts = [(row[0], row[3]) for row in rows]
     assert parts == [
-        ("greedy", "-"), ("greedy", "attention over the caches"), ("greedy", "output projection"),
-        ("greedy", "encoder (once per batch)"), ("beam 4", "-"), ("beam 4", "cache reorder"),
-        ("beam 4", "attention over the caches"), ("beam 4", "output projection"), ("beam 4", "encoder (once per batch)"),
+        ("greedy", "-"),
+        ("greedy", "attention over the caches"),
+        ("greedy", "output projection"),
+        ("greedy", "encoder (once per batch)"),
+        ("beam 4", "-"),
+        ("beam 4", "cache reorder"),
+        ("beam 4", "attention over the caches"),
+        ("beam 4", "output projection"),
+        ("beam 4", "encoder (once per batch)"),
     ]
 
 
@@ -172,9 +228,25 @@ def test_the_gpu_benchmark_runs_without_tensorflow_or_ctranslate2(tmp_path):
         "PYTHONPATH": os.pathsep.join([str(tests / "without_modules"), str(tests.parent)]),
     }
     subprocess.run(
-        [sys.executable, "-m", "benchmarks.gpu", "--workdir", str(tmp_path), "--seconds", "900",
-         "--device", "cpu", "--size", "micro", "--train-batch", "8"],
-        cwd=tests.parent, env=env, check=True, timeout=1200,
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.gpu",
+            "--workdir",
+            str(tmp_path),
+            "--seconds",
+            "900",
+            "--device",
+            "cpu",
+            "--size",
+            "micro",
+            "--train-batch",
+            "8",
+        ],
+        cwd=tests.parent,
+        env=env,
+        check=True,
+        timeout=1200,
     )
     results = json.loads((tmp_path / "gpu_results.json").read_text())["results"]
     assert len(results) == 7 and not [r["error"] for r in results if "error" in r]
@@ -196,8 +268,19 @@ def test_the_operation_profile_attributes_every_part_of_a_decoding_call(tmp_path
     from benchmarks import decoding_ops
 
     environment = dict(os.environ, KERAS_BACKEND="tensorflow")
-    command = [sys.executable, "-m", "benchmarks.decoding_ops", "--size", "micro", "--calls", "1", "--threads", "1",
-               "--workdir", str(tmp_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.decoding_ops",
+        "--size",
+        "micro",
+        "--calls",
+        "1",
+        "--threads",
+        "1",
+        "--workdir",
+        str(tmp_path),
+    ]
     root = Path(__file__).resolve().parents[1]
     output = subprocess.run(command, env=environment, capture_output=True, text=True, check=True, cwd=root).stdout
     milliseconds = {

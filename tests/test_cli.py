@@ -12,7 +12,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO_ROOT, make_model
+
+from helpers import REPO_ROOT, make_model
 
 pytestmark = pytest.mark.slow  # each test starts Python and TensorFlow (~5-15 s)
 
@@ -40,7 +41,12 @@ def run_cli(*args, stdin="", cwd=None, **environment):
     env.pop("KERAS_TRANSFORMER_DEBUG", None)
     return subprocess.run(
         [sys.executable, "-m", "keras_transformer.cli", *map(str, args)],
-        input=stdin, capture_output=True, text=True, env=env, cwd=cwd, timeout=300,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
     )
 
 
@@ -81,7 +87,11 @@ def test_translate_succeeds_with_arguments_and_stdin(preset):
     [
         (["translate", "--preset", "base_en_dee", "hi"], "translate", ["Unknown preset 'base_en_dee'", "base_en_de"]),
         (["translate", "--preset", "no/such/folder", "hi"], "translate", ["no/such/folder"]),
-        (["train", "--src", "missing.en", "--tgt", "missing.de", "--preset", "transformer_tiny", "--out", "run"], "train", ["cannot open missing.en"]),
+        (
+            ["train", "--src", "missing.en", "--tgt", "missing.de", "--preset", "transformer_tiny", "--out", "run"],
+            "train",
+            ["cannot open missing.en"],
+        ),
         (["average", "not_a_run", "--out", "preset"], "average", ["not_a_run is not a training run folder"]),
     ],
 )
@@ -92,7 +102,9 @@ def test_user_mistakes_are_one_sentence_and_exit_1(args, command, fragments, tmp
 def test_bad_values_for_a_preset_are_one_sentence_and_exit_1(preset):
     assert_user_error(run_cli("translate", "--preset", preset, "--beam-size", "0", "a dog ."), "translate", "beam_size")
     long = " ".join(["a dog runs"] * 10)
-    assert_user_error(run_cli("translate", "--preset", preset, "--too-long", "error", long), "translate", "more than the 14")
+    assert_user_error(
+        run_cli("translate", "--preset", preset, "--too-long", "error", long), "translate", "more than the 14"
+    )
 
 
 @pytest.mark.parametrize(
@@ -130,9 +142,10 @@ def test_translate_shows_no_native_log_lines():
 def test_native_log_filter_keeps_everything_else():
     # The module is loaded from its file: importing the package would start
     # TensorFlow, whose own start-up lines are not what this test writes.
+    startup_file = REPO_ROOT / "keras_transformer" / "cli" / "startup.py"
     program = (
         "import importlib.util, os, sys\n"
-        f"spec = importlib.util.spec_from_file_location('startup', {str(REPO_ROOT / 'keras_transformer' / 'cli/startup.py')!r})\n"
+        f"spec = importlib.util.spec_from_file_location('startup', {str(startup_file)!r})\n"
         "startup = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(startup)\n"
         "startup.install_native_log_filter()\n"
@@ -147,7 +160,11 @@ def test_native_log_filter_keeps_everything_else():
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     # Python's stderr skips the filter, so the order of lines may differ.
-    assert sorted(result.stderr.splitlines()) == ["a native line of another kind", "from Python", "no newline at the end"]
+    assert sorted(result.stderr.splitlines()) == [
+        "a native line of another kind",
+        "from Python",
+        "no newline at the end",
+    ]
 
 
 def test_verbose_names_the_backend_and_backend_sets_it(preset):
@@ -211,8 +228,10 @@ def test_a_compiled_search_is_kept_on_disk_and_reused(preset, tmp_path):
     assert off.returncode == 0 and off.stdout == first.stdout, off.stderr
 
 
-@pytest.mark.skipif(os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow",
-                    reason="JAX warns about a damaged cache entry and compiles; TensorFlow stops")
+@pytest.mark.skipif(
+    os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow",
+    reason="JAX warns about a damaged cache entry and compiles; TensorFlow stops",
+)
 def test_a_damaged_compiled_program_is_one_sentence_and_the_next_run_works(preset, tmp_path):
     args = ("translate", "--preset", preset, "--compile", "yes", "a dog runs .")
     first = run_cli(*args, KERAS_TRANSFORMER_COMPILE_CACHE=str(tmp_path))
@@ -231,7 +250,7 @@ def test_a_damaged_compiled_program_is_one_sentence_and_the_next_run_works(prese
 
 @pytest.mark.parametrize("precision", ["bfloat16", "int8"])
 def test_translate_precision_loads_the_preset_in_that_precision(preset, precision):
-    from keras_transformer.cli.commands.translate import load_model
+    from keras_transformer.generation.precision import load_model
 
     model = load_model(str(preset), precision)
     if precision == "bfloat16":
@@ -261,7 +280,14 @@ def test_every_command_has_help_with_an_example():
     parser = cli.build_parser(cli._commands())
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert set(subparsers.choices) == {
-        "translate", "train", "average", "evaluate", "export", "attention", "upload", "convert"
+        "translate",
+        "train",
+        "average",
+        "evaluate",
+        "export",
+        "attention",
+        "upload",
+        "convert",
     }
     for name, sub in subparsers.choices.items():
         text = sub.format_help()
@@ -281,7 +307,8 @@ def test_attention_writes_a_picture(preset, tmp_path):
     assert height > 200 and width > 300
     assert_user_error(
         run_cli("attention", "--preset", preset, "a dog .", "--out", picture, "--layer", "5"),
-        "attention", "--layer 5 is out of range",
+        "attention",
+        "--layer 5 is out of range",
     )
 
 

@@ -61,5 +61,6 @@ def test_other_tensorflow_flags_are_kept(environment, tmp_path):
     environment.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=0")
     startup.use_compile_cache()
     assert os.environ["TF_XLA_FLAGS"].split() == [
-        "--tf_xla_auto_jit=0", f"--tf_xla_persistent_cache_directory={tmp_path / ('tensorflow-' + installed('tensorflow'))}"
+        "--tf_xla_auto_jit=0",
+        f"--tf_xla_persistent_cache_directory={tmp_path / ('tensorflow-' + installed('tensorflow'))}",
     ]

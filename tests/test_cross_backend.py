@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from conftest import PAIRS, REPO_ROOT
+from helpers import PAIRS, REPO_ROOT
 
 SOURCES = [p[0] for p in PAIRS] + ["a dog sleeps .", "two women walk ."]
 

@@ -87,9 +87,7 @@ def test_long_pairs_are_dropped_and_counted(corpus_tokenizer):
     sources, targets = random_corpus(200)
     with pytest.warns(UserWarning, match=r"Dropped \d+ of 200"):
         pairs = data.tokenize_pairs(sources, targets, corpus_tokenizer, max_length=20)
-    lengths = [
-        (len(corpus_tokenizer(s)) + 2, len(corpus_tokenizer(t)) + 1) for s, t in zip(sources, targets)
-    ]
+    lengths = [(len(corpus_tokenizer(s)) + 2, len(corpus_tokenizer(t)) + 1) for s, t in zip(sources, targets)]
     expected_kept = sum(s <= 20 and t <= 20 for s, t in lengths)
     assert 0 < expected_kept < 200
     assert len(pairs) == expected_kept
@@ -136,15 +134,13 @@ def test_batches_hold_every_pair_once_in_the_model_layout(corpus_tokenizer):
         np.testing.assert_array_equal(x["encoder_padding_mask"].numpy(), encoder != 0)
         np.testing.assert_array_equal(x["decoder_padding_mask"].numpy(), decoder != 0)
         np.testing.assert_array_equal(w.numpy(), (labels != 0).astype("float32"))
-        for e, d, l in zip(encoder, decoder, labels):
-            e, d, l = e[e != 0], d[d != 0], l[l != 0]
+        for e, d, t in zip(encoder, decoder, labels):
+            e, d, t = e[e != 0], d[d != 0], t[t != 0]
             assert e[0] == 2 and e[-1] == 3  # <s> source </s>
-            assert d[0] == 2 and l[-1] == 3  # <s> target / target </s>
-            np.testing.assert_array_equal(d[1:], l[:-1])
-            seen.append((tuple(e[1:-1]), tuple(l[:-1])))
-    expected = [
-        (tuple(s), tuple(t)) for s, t in zip(pairs.sources.to_list(), pairs.targets.to_list())
-    ]
+            assert d[0] == 2 and t[-1] == 3  # <s> target / target </s>
+            np.testing.assert_array_equal(d[1:], t[:-1])
+            seen.append((tuple(e[1:-1]), tuple(t[:-1])))
+    expected = [(tuple(s), tuple(t)) for s, t in zip(pairs.sources.to_list(), pairs.targets.to_list())]
     assert sorted(seen) == sorted(expected)
 
 

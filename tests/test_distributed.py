@@ -23,10 +23,10 @@ import keras
 import numpy as np
 import pytest
 
+from helpers import REPO_ROOT
 from keras_transformer import LabelSmoothedCrossEntropy
 from keras_transformer.training import distribution
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 WORKER = REPO_ROOT / "tests" / "distributed_worker.py"
 TIMEOUT = 150
 # float32 sums in another order (per replica, then all-reduced): measured
@@ -163,7 +163,11 @@ def test_global_token_mean_is_the_wrapped_loss_on_one_device():
     logits = rng.normal(size=(2, 4, 9)).astype("float32")
     inner = LabelSmoothedCrossEntropy(0.1)
     wrapped = distribution.GlobalTokenMean(inner)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(wrapped(labels, logits)), keras.ops.convert_to_numpy(inner(labels, logits)), rtol=1e-6)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(wrapped(labels, logits)),
+        keras.ops.convert_to_numpy(inner(labels, logits)),
+        rtol=1e-6,
+    )
     restored = distribution.GlobalTokenMean.from_config(wrapped.get_config())
     assert restored.loss.label_smoothing == 0.1
 
@@ -191,7 +195,9 @@ def test_mirrored_without_global_token_mean_averages_replica_means(single_device
     # The worker's batches give replica 0 short sentences, so this differs.
     run = run_worker(tmp_path, "tensorflow", "--strategy", "mirrored", "--devices", "2")
     difference = abs(run["losses"][0] - single_device_tensorflow["losses"][0])
-    assert difference > 0.05, f"Keras now averages tokens globally (difference {difference}); GlobalTokenMean may be unnecessary"
+    assert difference > 0.05, (
+        f"Keras now averages tokens globally (difference {difference}); GlobalTokenMean may be unnecessary"
+    )
 
 
 @pytest.mark.slow
@@ -201,14 +207,18 @@ def test_mirrored_dropout_same_masks_on_every_replica_but_trains(tmp_path):
     # Keras 3 seeds dropout from one mirrored SeedGenerator: the replicas
     # draw the same mask (on different examples). Documented, not fixed.
     assert masks["identical_masks"], "replicas now draw different dropout masks: update distribute's docs"
-    run = run_worker(tmp_path, "tensorflow", "--strategy", "mirrored", "--devices", "2", "--global-token-mean", "--dropout", "0.3")
+    run = run_worker(
+        tmp_path, "tensorflow", "--strategy", "mirrored", "--devices", "2", "--global-token-mean", "--dropout", "0.3"
+    )
     assert run["finite"] and run["losses"][-1] < run["losses"][0] + 0.5
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype, optimizer", [("mixed_float16", "LossScaleOptimizer"), ("mixed_bfloat16", "Adam")])
 def test_mirrored_mixed_precision(single_device_tensorflow, tmp_path, dtype, optimizer):
-    run = run_worker(tmp_path, "tensorflow", "--strategy", "mirrored", "--devices", "2", "--global-token-mean", "--dtype", dtype)
+    run = run_worker(
+        tmp_path, "tensorflow", "--strategy", "mirrored", "--devices", "2", "--global-token-mean", "--dtype", dtype
+    )
     assert run["optimizer"] == optimizer
     assert run["finite"]
     # Half-precision activations: measured within 0.006 of float32.
@@ -238,7 +248,16 @@ def test_jax_data_parallel_trains_with_dropout(tmp_path):
 def test_jax_two_processes_agree_on_weights(single_device_jax, tmp_path):
     (port,) = free_ports(1)
     flags = [
-        ["--strategy", "jax-data-parallel", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)]
+        [
+            "--strategy",
+            "jax-data-parallel",
+            "--coordinator",
+            f"127.0.0.1:{port}",
+            "--num-processes",
+            "2",
+            "--process-id",
+            str(i),
+        ]
         for i in range(2)
     ]
     codes, logs = run_workers(tmp_path, "jax", flags, [{}, {}])

@@ -11,7 +11,8 @@ import keras_transformer
 
 def modules_with_examples():
     for info in pkgutil.walk_packages(keras_transformer.__path__, "keras_transformer."):
-        if ".presets" in info.name:
+        # The shipped presets are data; running `__main__` would start the command line.
+        if info.name.startswith("keras_transformer.presets.shipped") or info.name.endswith(".__main__"):
             continue
         module = importlib.import_module(info.name)
         if any(test.examples for test in doctest.DocTestFinder().find(module)):

@@ -65,9 +65,7 @@ def test_evaluate_model_keeps_the_order_of_sources(trained_model, pairs):
     # Reversed so that the length-sorted decoding order differs from the input order.
     sources = [p[0] for p in reversed(pairs)]
     references = [p[1] for p in reversed(pairs)]
-    translations, result = evaluate_model(
-        trained_model, sources, references, beam_size=2, batch_size=4, verbose=0
-    )
+    translations, result = evaluate_model(trained_model, sources, references, beam_size=2, batch_size=4, verbose=0)
     assert translations == trained_model.translate(sources, beam_size=2)
     assert result.bleu == pytest.approx(sacrebleu.corpus_bleu(translations, [references]).score)
 
@@ -84,8 +82,19 @@ def test_evaluate_command_end_to_end(trained_model, pairs, tmp_path, capsys):
     ref = _write(tmp_path / "test.de", references)
     code = main(
         [
-            "evaluate", str(tmp_path / "p"), "--src", src, "--ref", ref, "--lowercase-tokenized",
-            "--beam-size", "2", "--output", str(tmp_path / "hyps.de"), "--json", str(tmp_path / "s.json"),
+            "evaluate",
+            str(tmp_path / "p"),
+            "--src",
+            src,
+            "--ref",
+            ref,
+            "--lowercase-tokenized",
+            "--beam-size",
+            "2",
+            "--output",
+            str(tmp_path / "hyps.de"),
+            "--json",
+            str(tmp_path / "s.json"),
             "--quiet",
         ]
     )

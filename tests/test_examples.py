@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"
 PAIRS = [
@@ -55,8 +55,18 @@ def test_translate_example(tmp_path):
 def test_fine_tune_example_saves_a_preset_that_loads(tmp_path):
     tsv = write_tsv(tmp_path / "pairs.tsv", PAIRS)
     result = run_example(
-        [sys.executable, str(EXAMPLES / "fine_tune.py"), str(tsv), "--out", "my_preset",
-         "--epochs", "1", "--batch-size", "2", "--run-eagerly"],
+        [
+            sys.executable,
+            str(EXAMPLES / "fine_tune.py"),
+            str(tsv),
+            "--out",
+            "my_preset",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "2",
+            "--run-eagerly",
+        ],
         tmp_path,
     )
     assert "4 pairs from" in result.stdout
@@ -75,14 +85,17 @@ def test_train_distributed_example_runs_tiny(mode, tmp_path):
     process; TensorFlow's MirroredStrategy over the one CPU device."""
     if mode == "jax":
         pytest.importorskip("jax")
-    from conftest import PAIRS as SHORT_PAIRS
+    from helpers import PAIRS as SHORT_PAIRS
 
     (tmp_path / "train.en").write_text("".join(f"{s}\n" for s, _ in SHORT_PAIRS) * 5, encoding="utf-8")
     (tmp_path / "train.de").write_text("".join(f"{t}\n" for _, t in SHORT_PAIRS) * 5, encoding="utf-8")
     result = run_example(
         ["bash", str(EXAMPLES / "train_distributed.sh"), mode],
         tmp_path,
-        TINY="1", SRC="train.en", TGT="train.de", OUT="run",
+        TINY="1",
+        SRC="train.en",
+        TGT="train.de",
+        OUT="run",
         KERAS_TRANSFORMER=f"{sys.executable} -m keras_transformer.cli",
     )
     assert "trained to step 2" in result.stdout
@@ -115,8 +128,11 @@ def test_opus_mt_export_example_converts_and_exports(tmp_path, opus_mt_cache):
         tmp_path,
         HF_HUB_CACHE=str(opus_mt_cache),
     )
-    outputs = dict(line.split(": ", 1) for line in result.stdout.splitlines()
-                   if line.startswith(("loaded:", "converted:", "SavedModel:")))
+    outputs = dict(
+        line.split(": ", 1)
+        for line in result.stdout.splitlines()
+        if line.startswith(("loaded:", "converted:", "SavedModel:"))
+    )
     assert outputs["loaded"] == outputs["converted"] == outputs["SavedModel"] and outputs["loaded"].strip(" |")
     preset = tmp_path / "exported" / "preset"
     assert (preset / "config.json").exists() and (preset / "README.md").exists()
@@ -127,8 +143,18 @@ def test_opus_mt_export_example_converts_and_exports(tmp_path, opus_mt_cache):
 def test_keras_pipeline_example(tmp_path):
     tsv = write_tsv(tmp_path / "pairs.tsv", PAIRS * 3)
     result = run_example(
-        [sys.executable, str(EXAMPLES / "keras_pipeline.py"), str(tsv), "--out", "run",
-         "--epochs", "2", "--batch-size", "8", "--run-eagerly"],
+        [
+            sys.executable,
+            str(EXAMPLES / "keras_pipeline.py"),
+            str(tsv),
+            "--out",
+            "run",
+            "--epochs",
+            "2",
+            "--batch-size",
+            "8",
+            "--run-eagerly",
+        ],
         tmp_path,
     )
     assert "val_loss per epoch:" in result.stdout
@@ -143,14 +169,17 @@ def test_opus_mt_export_example_exports_a_native_preset_in_full(tmp_path, traine
     """The example's whole path, SavedModel included, on a tiny native preset (one
     that has memorised its pairs: an untrained model's near-ties could decode
     differently in the SavedModel's graph)."""
-    from conftest import PAIRS as MEMORISED
+    from helpers import PAIRS as MEMORISED
 
     trained_model.save_to_preset(tmp_path / "tiny")
     sentences = [flag for source, _ in MEMORISED[:2] for flag in ("--sentence", source)]
     result = run_example(
         [sys.executable, str(EXAMPLES / "opus_mt_export.py"), "tiny", "--out", "exported", *sentences], tmp_path
     )
-    outputs = dict(line.split(": ", 1) for line in result.stdout.splitlines()
-                   if line.startswith(("loaded:", "converted:", "SavedModel:")))
+    outputs = dict(
+        line.split(": ", 1)
+        for line in result.stdout.splitlines()
+        if line.startswith(("loaded:", "converted:", "SavedModel:"))
+    )
     assert outputs["loaded"] == outputs["converted"] == outputs["SavedModel"]
     assert (tmp_path / "exported" / "savedmodel" / "1" / "saved_model.pb").exists()

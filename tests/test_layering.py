@@ -13,20 +13,45 @@ PACKAGE = Path(__file__).resolve().parent.parent / "keras_transformer"
 
 # Lowest first. Names are module paths inside `keras_transformer`.
 LAYERS = [
-    ["version", "utils", "utils.*", "cli.startup", "generation", "generation.sentences", "training.evaluation"],
+    [
+        "version",
+        "utils",
+        "utils.*",
+        "cli.startup",
+        "generation",
+        "generation.sentences",
+        "generation.settings",
+        "training.evaluation",
+        "training.recipe",
+    ],
     ["layers", "layers.*"],
     ["generation.search"],
     ["models", "models.transformer_backbone"],
     ["models.transformer_tokenizer", "models.transformer_preprocessor", "presets", "presets.catalog"],
-    ["generation.decoding", "generation.translation"],
+    ["generation.decoding", "generation.translation", "generation.batches"],
     ["presets.integrity", "presets.model_card"],
     ["presets.resolution", "presets.saving"],
-    ["marian", "marian.*"],
-    ["training", "training.losses", "training.metrics", "training.optimizer", "training.schedule",
-     "training.callbacks", "training.checkpoints"],
+    [
+        "training",
+        "training.losses",
+        "training.metrics",
+        "training.optimizer",
+        "training.schedule",
+        "training.callbacks",
+        "training.checkpoints",
+    ],
     ["models.transformer"],
-    ["training.data", "training.distribution", "training.run_folder", "generation.serving",
-     "generation.attention_maps"],
+    # Registered with KerasHub's loaders: the task class reaches it through them.
+    ["marian", "marian.*"],
+    [
+        "training.data",
+        "training.distribution",
+        "training.run_folder",
+        "training.trainer",
+        "generation.serving",
+        "generation.attention_maps",
+        "generation.precision",
+    ],
     [""],  # the package itself: the public API, which the command line uses
     ["cli", "cli.*"],
 ]

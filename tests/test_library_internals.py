@@ -7,10 +7,11 @@ naming it, instead of a training run failing (or silently misbehaving) later.
 import keras
 import keras_hub
 import numpy as np
+import pytest
 import tensorflow_text as tf_text
 
-from keras_transformer.utils import library_internals
 from keras_transformer.layers import DecoderBlock, EncoderBlock
+from keras_transformer.utils import library_internals
 
 
 def test_keras_hub_blocks_still_have_the_attributes_the_blocks_use():
@@ -29,16 +30,18 @@ def test_keras_hub_blocks_still_have_the_attributes_the_blocks_use():
             assert isinstance(getattr(block, name, None), keras.layers.MultiHeadAttention), name
             kernels = library_internals.projection_kernels(getattr(block, name))
             assert {k: tuple(v.shape) for k, v in kernels.items()} == {
-                "query": (8, 2, 4), "key": (8, 2, 4), "value": (8, 2, 4), "output": (2, 4, 8)
+                "query": (8, 2, 4),
+                "key": (8, 2, 4),
+                "value": (8, 2, 4),
+                "output": (2, 4, 8),
             }
 
 
-def test_keras_hub_decoder_still_has_its_attention_norms():
-    decoder = keras_hub.layers.TransformerDecoder(16, 2)
-    decoder.build((1, 3, 8), (1, 4, 8))
-    norms = library_internals.decoder_attention_norms(decoder)
-    assert len(norms) == 2
-    assert all(isinstance(norm, keras.layers.LayerNormalization) for norm in norms)
+def test_attention_layers_still_have_their_weights_dropout():
+    attention = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.3)
+    attention.build((1, 3, 8), (1, 3, 8))
+    dropout = library_internals.attention_weights_dropout(attention)
+    assert isinstance(dropout, keras.layers.Dropout) and dropout.rate == 0.3
 
 
 def test_replaced_dropouts_leave_no_stale_layer():
@@ -54,11 +57,26 @@ def test_optimizer_learning_rate_helper():
     assert library_internals.current_learning_rate(optimizer) == 0.25
 
 
+def test_learning_rate_helper_gives_the_next_updates_rate_under_accumulation():
+    schedule = keras.optimizers.schedules.PolynomialDecay(1.0, decay_steps=100, end_learning_rate=0.0)
+    optimizer = keras.optimizers.Adam(schedule, gradient_accumulation_steps=2)
+    variable = keras.Variable(np.zeros(3, "float32"))
+    optimizer.build([variable])
+    rates = []
+    for _ in range(3):  # micro-batches 0, 1 (the first update) and 2
+        rates.append(library_internals.current_learning_rate(optimizer))
+        optimizer.apply([keras.ops.ones((3,))], [variable])
+    rates.append(library_internals.current_learning_rate(optimizer))
+    # Updates happen at micro-batches 1 and 3, with the schedule's rate there.
+    assert rates == pytest.approx([float(schedule(1))] * 2 + [float(schedule(3))] * 2)
+
+
 def test_tokenizer_internals():
     assert callable(getattr(keras_hub.tokenizers.Tokenizer, "_add_special_token", None))
     assert callable(getattr(keras_hub.tokenizers.Tokenizer, "_update_special_token_ids", None))
-    import sentencepiece
     import io
+
+    import sentencepiece
 
     model = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
@@ -72,6 +90,29 @@ def test_keras_hub_preset_names():
     assert library_internals.CONFIG_FILE == "config.json"
     assert library_internals.HF_PREFIX == "hf://"
     assert callable(library_internals.get_preset_saver) and callable(library_internals.register_presets)
+
+
+def test_keras_hub_picks_registered_transformers_loaders_by_model_type(tmp_path, monkeypatch):
+    """KerasHub's `get_preset_loader` still looks `TransformersPresetLoader` up at each call."""
+    import json
+
+    from keras_hub.src.utils.preset_utils import get_preset_loader
+    from keras_hub.src.utils.transformers import preset_loader
+
+    class Loader(library_internals.PresetLoader):
+        pass
+
+    monkeypatch.setitem(library_internals.TRANSFORMERS_LOADERS, "made_up", Loader)
+    for model_type in ("made_up", "bert"):
+        (tmp_path / model_type).mkdir()
+        (tmp_path / model_type / "config.json").write_text(json.dumps({"model_type": model_type}))
+    assert library_internals.preset_config(str(tmp_path / "bert")) == {"model_type": "bert"}
+    loader = get_preset_loader(str(tmp_path / "made_up"))
+    assert type(loader) is Loader
+    assert (loader.preset, loader.config) == (str(tmp_path / "made_up"), {"model_type": "made_up"})
+    # KerasHub's own converters are kept.
+    bert = get_preset_loader(str(tmp_path / "bert"))
+    assert isinstance(bert, preset_loader.TransformersPresetLoader) and bert.converter.__name__.endswith("convert_bert")
 
 
 def test_block_sublayers_and_projections():

@@ -8,6 +8,7 @@ test-only dependencies.
 """
 
 import json
+import re
 import shutil
 import warnings
 
@@ -159,7 +160,11 @@ def test_variants_mirror_the_real_configs(marian_cache, loaded):
     for backbone, tokenizer in ((base, base_tokens), (big, big_tokens)):
         # Decoding reads the special ids from the backbone's config.
         assert (backbone.end_token_id, backbone.pad_token_id, backbone.start_token_id, backbone.unk_token_id) == (
-            tokenizer.end_token_id, tokenizer.pad_token_id, tokenizer.start_token_id, tokenizer.unk_token_id)
+            tokenizer.end_token_id,
+            tokenizer.pad_token_id,
+            tokenizer.start_token_id,
+            tokenizer.unk_token_id,
+        )
     assert VARIANTS["big"]["decoder_layers"] == big.num_decoder_layers != big.num_encoder_layers
 
 
@@ -203,6 +208,50 @@ def test_stale_lm_head_is_ignored_with_a_warning(marian_cache):
     )
 
 
+def _saved_without_logits_bias(info, folder, **config_changes):
+    """The checkpoint as `transformers` saves it from a state dict without
+    `final_logits_bias`, its config changed by `config_changes`."""
+    import copy
+
+    from transformers import MarianTokenizer
+
+    model = copy.deepcopy(info["model"])
+    for field, value in config_changes.items():
+        setattr(model.config, field, value)
+    state = {name: value for name, value in model.state_dict().items() if name != "final_logits_bias"}
+    model.save_pretrained(folder, state_dict=state)
+    MarianTokenizer.from_pretrained(str(info["folder"])).save_pretrained(folder)
+    return str(folder)
+
+
+def test_missing_logits_bias_loads_as_zeros_with_a_warning(marian_cache, tmp_path):
+    from transformers import MarianMTModel
+
+    info = marian_cache["checkpoints"]["base"]
+    folder = _saved_without_logits_bias(info, tmp_path / "no-bias")
+    with pytest.warns(UserWarning, match=re.escape(folder) + ": the weights have no final_logits_bias.*all zeros"):
+        model = kt.Transformer.from_preset(folder)
+    assert not np.any(ops.convert_to_numpy(model.backbone.logits_bias.bias))
+    theirs = {**info, "model": MarianMTModel.from_pretrained(folder).eval()}  # transformers: zeros too
+    encoder_ids, encoder_mask = source_batch(info)
+    decoder_ids = random_targets(info, len(SOURCES), 5)
+    np.testing.assert_allclose(
+        our_logits(model, encoder_ids, encoder_mask, decoder_ids),
+        reference_logits(theirs, encoder_ids, encoder_mask, decoder_ids),
+        atol=TOLERANCE,
+        rtol=0,
+    )
+
+
+def test_missing_logits_bias_that_the_config_declares_is_refused(marian_cache, tmp_path):
+    from keras_transformer.marian.convert import WeightMismatchError
+
+    info = marian_cache["checkpoints"]["base"]
+    folder = _saved_without_logits_bias(info, tmp_path / "declared", add_bias_logits=True)
+    with pytest.raises(WeightMismatchError, match="add_bias_logits = True, but the weights have no final_logits_bias"):
+        kt.Transformer.from_preset(folder)
+
+
 # --- Refusals ---------------------------------------------------------------
 
 
@@ -223,12 +272,11 @@ def _config_only_repo(marian_cache, name, changes):
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("model_type", "bart"),
         ("normalize_before", True),
         ("static_position_embeddings", False),
         ("normalize_embedding", True),
         ("scale_embedding", False),
-        ("share_encoder_decoder_embeddings", False),
+        ("decoder_vocab_size", 7),
         ("activation_function", "tanh"),
         ("decoder_ffn_dim", 96),
     ],
@@ -273,10 +321,21 @@ def tokenizer_sentences():
     from marian_fixtures import SOURCE_SENTENCES, TARGET_SENTENCES
 
     extra = [
-        "", " ", "  two  spaces  ", "Über café naïve façade déjà-vu.", "Straße, Größe, Äpfel!",
-        "日本語の文です。", "中文句子，还有标点。", "한국어 문장", "Emoji 😀🎉 and 👍🏽 too",
-        "tabs\tand\nnewlines", "Numbers 1,234.56 and 2026-11-30", "«quotes» “curly” 'single'",
-        ">>fra<< A tagged sentence.", "ALL CAPS SENTENCE", "ǅ ﬁ ligatures and ① circled",
+        "",
+        " ",
+        "  two  spaces  ",
+        "Über café naïve façade déjà-vu.",
+        "Straße, Größe, Äpfel!",
+        "日本語の文です。",
+        "中文句子，还有标点。",
+        "한국어 문장",
+        "Emoji 😀🎉 and 👍🏽 too",
+        "tabs\tand\nnewlines",
+        "Numbers 1,234.56 and 2026-11-30",
+        "«quotes» “curly” 'single'",
+        ">>fra<< A tagged sentence.",
+        "ALL CAPS SENTENCE",
+        "ǅ ﬁ ligatures and ① circled",
     ]
     words = " ".join(SOURCE_SENTENCES + TARGET_SENTENCES + extra).split(" ")
     rng = np.random.default_rng(0)
@@ -351,14 +410,18 @@ def test_preprocessor_packs_like_marian(loaded, marian_cache):
 def hf_generate(info, encoder_ids, encoder_mask, **options):
     pad = info["vocabulary"]["<pad>"]
     with torch.no_grad():
-        return info["model"].generate(
-            input_ids=torch.tensor(encoder_ids),
-            attention_mask=torch.tensor(encoder_mask),
-            do_sample=False,
-            bad_words_ids=[[pad]],
-            forced_eos_token_id=None,  # ours forces </s> one token later
-            **options,
-        ).numpy()
+        return (
+            info["model"]
+            .generate(
+                input_ids=torch.tensor(encoder_ids),
+                attention_mask=torch.tensor(encoder_mask),
+                do_sample=False,
+                bad_words_ids=[[pad]],
+                forced_eos_token_id=None,  # ours forces </s> one token later
+                **options,
+            )
+            .numpy()
+        )
 
 
 def our_tokens(model, encoder_ids, encoder_mask, max_extra_length, **options):
@@ -406,7 +469,12 @@ def test_beam_search_alpha_0_finds_transformers_best_hypothesis(name, marian_cac
     ours = our_tokens(model, encoder_ids, encoder_mask, 30, beam_size=4, alpha=0.0)
     # transformers' length_penalty=0 ranks by log P(Y), as alpha = 0 does.
     theirs = hf_generate(
-        info, encoder_ids, encoder_mask, num_beams=4, length_penalty=0.0, max_new_tokens=30,
+        info,
+        encoder_ids,
+        encoder_mask,
+        num_beams=4,
+        length_penalty=0.0,
+        max_new_tokens=30,
         early_stopping=False,
     )
     compared = 0
@@ -457,9 +525,13 @@ def test_local_folder_and_revision_load(marian_cache, tmp_path):
     decoder_ids = random_targets(info, len(SOURCES), 4)
     expected = reference_logits(info, encoder_ids, encoder_mask, decoder_ids)
     folder_model = kt.Transformer.from_preset(str(info["folder"]))
-    np.testing.assert_allclose(our_logits(folder_model, encoder_ids, encoder_mask, decoder_ids), expected, atol=TOLERANCE)
+    np.testing.assert_allclose(
+        our_logits(folder_model, encoder_ids, encoder_mask, decoder_ids), expected, atol=TOLERANCE
+    )
     revision_model = kt.Transformer.from_preset(info["handle"], revision=info["snapshot"].name)
-    np.testing.assert_allclose(our_logits(revision_model, encoder_ids, encoder_mask, decoder_ids), expected, atol=TOLERANCE)
+    np.testing.assert_allclose(
+        our_logits(revision_model, encoder_ids, encoder_mask, decoder_ids), expected, atol=TOLERANCE
+    )
     with pytest.raises(HubUnreachableError):
         kt.Transformer.from_preset(info["handle"], revision="f" * 40)
 

@@ -6,7 +6,7 @@ import zipfile
 
 import pytest
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 
 SHIPPED = ["multi30k_en_de", "multi30k_en_fr"]
 
@@ -26,8 +26,18 @@ def test_a_wheel_installs_and_loads_every_shipped_preset_offline(tmp_path):
     if int(setuptools.__version__.split(".")[0]) < 69:
         pytest.skip(f"pyproject.toml needs setuptools>=69 to build; {setuptools.__version__} is installed")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(REPO_ROOT), "--no-deps", "--no-build-isolation",
-         "-q", "-w", str(tmp_path / "dist")],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(REPO_ROOT),
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+        ],
         check=True,
     )
     (wheel,) = (tmp_path / "dist").glob("keras_transformer-*.whl")
@@ -36,14 +46,27 @@ def test_a_wheel_installs_and_loads_every_shipped_preset_offline(tmp_path):
         names = archive.namelist()
         archive.extractall(installed)
     for name in SHIPPED:
-        for file in ("config.json", "model.weights.h5", "metadata.json", "README.md",
-                     "assets/tokenizer/vocabulary.spm"):
+        for file in (
+            "config.json",
+            "model.weights.h5",
+            "metadata.json",
+            "README.md",
+            "assets/tokenizer/vocabulary.spm",
+        ):
             assert f"keras_transformer/presets/shipped/{name}/{file}" in names
     run = subprocess.run(
         [sys.executable, "-c", CHILD, str(installed), *SHIPPED],
-        cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(installed),
-        "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2",
-        "KERAS_BACKEND": "tensorflow", "HOME": str(tmp_path)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={
+            "PYTHONPATH": str(installed),
+            "HF_HUB_OFFLINE": "1",
+            "PATH": "/usr/bin:/bin",
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "KERAS_BACKEND": "tensorflow",
+            "HOME": str(tmp_path),
+        },
     )
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.strip().splitlines()

@@ -16,18 +16,18 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
-from conftest import REPO_ROOT, make_model
 from huggingface_hub import constants as hf_constants
 from keras_hub.src.utils import preset_utils as hub_preset_utils
 
 import keras_transformer as kt
+from helpers import REPO_ROOT, make_model
 from keras_transformer.cli import main as cli
-from keras_transformer.presets import integrity as preset_integrity, resolution as preset_resolution, saving as preset_saving
 from keras_transformer.presets import catalog as kt_presets
+from keras_transformer.presets import integrity as preset_integrity
+from keras_transformer.presets import resolution as preset_resolution
 
 PAPER = {
     # name: (vocabulary, d_model, d_ff, heads, dropout), Table 3 and section 6.1
-    "big_en_de": (37000, 1024, 4096, 16, 0.3),
     "transformer_base": (37000, 512, 2048, 8, 0.1),
     "transformer_big": (37000, 1024, 4096, 16, 0.3),
 }
@@ -35,6 +35,8 @@ OPUS_MT = {
     "base_en_de": "hf://Helsinki-NLP/opus-mt-en-de",
     "base_en_fr": "hf://Helsinki-NLP/opus-mt-en-fr",
     "big_en_fr": "hf://Helsinki-NLP/opus-mt-tc-big-en-fr",
+    "big_en_de": "hf://Helsinki-NLP/opus-mt-tc-big-gmw-gmw",
+    "big_de_en": "hf://Helsinki-NLP/opus-mt-tc-big-gmw-gmw",
 }
 TOKEN_IDS = {
     "encoder_token_ids": np.array([[2, 5, 6, 7, 3, 0]], "int32"),
@@ -64,7 +66,9 @@ def isolated_registry(monkeypatch):
     monkeypatch.setattr(
         hub_preset_utils, "BUILTIN_PRESETS_FOR_BACKBONE", copy.deepcopy(hub_preset_utils.BUILTIN_PRESETS_FOR_BACKBONE)
     )
-    monkeypatch.setattr(preset_resolution, "BUILTIN_PRESETS_FOR_BACKBONE", hub_preset_utils.BUILTIN_PRESETS_FOR_BACKBONE)
+    monkeypatch.setattr(
+        preset_resolution, "BUILTIN_PRESETS_FOR_BACKBONE", hub_preset_utils.BUILTIN_PRESETS_FOR_BACKBONE
+    )
 
 
 @pytest.fixture
@@ -87,7 +91,6 @@ def test_named_presets_are_registered_with_kerashub():
     for name in [*PAPER, *OPUS_MT]:
         assert name in kt.Transformer.presets
         assert name in preset_resolution.available_presets()
-    assert hub_preset_utils.BUILTIN_PRESETS["big_en_de"]["kaggle_handle"] == "hf://keras-transformer/big_en_de"
     for name, handle in OPUS_MT.items():
         assert hub_preset_utils.BUILTIN_PRESETS[name]["kaggle_handle"] == handle
 
@@ -97,8 +100,16 @@ def test_opus_mt_cards_say_whose_weights_and_how_they_differ(name):
     folder = REPO_ROOT / "presets" / name
     card = (folder / "README.md").read_text()
     assert not (folder / "config.json").exists()
-    for needed in (OPUS_MT[name].removeprefix("hf://"), "Tiedemann", "BLEU", "License", "swish" if "base" in name else "ReLU",
-                   "vocab.json", "all sines, then all cosines", "logits bias"):
+    for needed in (
+        OPUS_MT[name].removeprefix("hf://"),
+        "Tiedemann",
+        "BLEU",
+        "License",
+        "swish" if "base" in name else "ReLU",
+        "vocab.json",
+        "all sines, then all cosines",
+        "logits bias",
+    ):
         assert needed in card, needed
 
 
@@ -113,7 +124,9 @@ def test_paper_preset_config_and_card(name):
     folder = REPO_ROOT / "presets" / name
     config = json.loads((folder / "config.json").read_text())
     assert config["registered_name"] == "keras_transformer>TransformerBackbone"
-    assert {k: config["config"][k] for k in ("vocabulary_size", "hidden_dim", "intermediate_dim", "num_heads", "dropout")} == {
+    assert {
+        k: config["config"][k] for k in ("vocabulary_size", "hidden_dim", "intermediate_dim", "num_heads", "dropout")
+    } == {
         "vocabulary_size": vocabulary,
         "hidden_dim": hidden,
         "intermediate_dim": intermediate,
@@ -140,35 +153,17 @@ def test_base_builds_offline_without_weights(offline_hub):
 
 @pytest.mark.slow
 def test_big_parameter_count(offline_hub):
-    with pytest.warns(UserWarning):
-        model = kt.Transformer.from_preset("big_en_de", load_weights=False)
+    model = kt.Transformer.from_preset("transformer_big", load_weights=False)
     assert abs(model.backbone.count_params() - 213e6) / 213e6 < 0.02  # Table 3: 213M
-    assert model.backbone.count_params() == kt_presets.PAPER_PRESETS["big_en_de"]["metadata"]["params"]
+    assert model.backbone.count_params() == kt_presets.ARCHITECTURE_PRESETS["transformer_big"]["metadata"]["params"]
 
 
 def test_unreachable_hub_says_what_to_do(offline_hub):
     with pytest.raises(preset_resolution.HubUnreachableError) as error:
         kt.Transformer.from_preset("big_en_de")
     message = str(error.value)
-    assert "hf://keras-transformer/big_en_de" in message
-    assert "could not be reached" in message
-    assert "load_weights=False" in message and "folder" in message
-
-
-def test_unpublished_paper_preset(offline_hub, monkeypatch):
-    """Online, but the hub has no repository: weights are refused, the architecture builds."""
-    from types import SimpleNamespace
-
-    def snapshot_download(repo_id, local_files_only=False, **kwargs):
-        if local_files_only:
-            raise huggingface_hub.errors.LocalEntryNotFoundError("not cached")
-        response = SimpleNamespace(headers={}, request=None, status_code=404)
-        raise huggingface_hub.errors.RepositoryNotFoundError("404", response=response)
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
-    with pytest.raises(preset_resolution.NotOnHubError, match="not been published yet.*load_weights=False"):
-        kt.Transformer.from_preset("big_en_de")
-    # Building the 214M-parameter architecture is left to the slow test above.
+    assert "hf://Helsinki-NLP/opus-mt-tc-big-gmw-gmw" in message
+    assert "could not be reached" in message and "folder" in message
 
 
 def test_unknown_name_lists_presets_and_closest_match():
@@ -249,8 +244,9 @@ def test_hub_handle_loads_from_cache_offline(saved, offline_hub):
     np.testing.assert_allclose(logits(loaded), logits(model), atol=1e-6)
     # A hub preset without checksums cannot be verified, so it is refused.
     metadata = repo / "snapshots" / commit / "metadata.json"
-    metadata.write_text(json.dumps({k: v for k, v in json.loads(metadata.read_text()).items()
-                                    if k != preset_integrity.CHECKSUMS_KEY}))
+    metadata.write_text(
+        json.dumps({k: v for k, v in json.loads(metadata.read_text()).items() if k != preset_integrity.CHECKSUMS_KEY})
+    )
     with pytest.raises(ValueError, match="no checksums"):
         kt.Transformer.from_preset("hf://someone/tiny")
 
@@ -258,7 +254,9 @@ def test_hub_handle_loads_from_cache_offline(saved, offline_hub):
 def test_saved_presets_in_a_folder_register_by_name(tmp_path, tokenizer, offline_hub, isolated_registry):
     keras.utils.set_random_seed(5)
     model = make_model(tokenizer)
-    model.save_to_preset(tmp_path / "shelf" / "multi30k_xx_yy", model_card="---\nlicense: apache-2.0\n---\n# t\n\nA tiny test model.\n")
+    model.save_to_preset(
+        tmp_path / "shelf" / "multi30k_xx_yy", model_card="---\nlicense: apache-2.0\n---\n# t\n\nA tiny test model.\n"
+    )
     (tmp_path / "shelf" / "not_a_preset").mkdir()
     registered = preset_resolution.register_builtin_presets(tmp_path / "shelf")
     assert "multi30k_xx_yy" in registered and "not_a_preset" not in registered
@@ -341,7 +339,7 @@ keras.utils.set_random_seed(99)
 import keras_transformer as kt
 from keras_transformer.presets import saving as preset_saving
 sys.path.insert(0, {tests!r})
-from conftest import PAIRS, make_model
+from helpers import PAIRS, make_model
 
 def block(*args, **kwargs):
     open({marker!r}, "w").close()
@@ -444,8 +442,14 @@ def test_upload_sends_the_preset_with_its_own_card(saved, fake_hub):
     assert create == ("create_repo", "someone/tiny_en_de", True)
     _, repo_id, files, card = upload
     assert repo_id == "someone/tiny_en_de"
-    assert {"README.md", "config.json", "task.json", "metadata.json", "model.weights.h5",
-            "assets/tokenizer/vocabulary.spm"} <= set(files)
+    assert {
+        "README.md",
+        "config.json",
+        "task.json",
+        "metadata.json",
+        "model.weights.h5",
+        "assets/tokenizer/vocabulary.spm",
+    } <= set(files)
     assert card == (folder / "README.md").read_text() and "keras-transformer" in card
 
 

@@ -10,15 +10,15 @@ import unicodedata
 
 import keras
 import numpy as np
-from keras import ops
 import pytest
 import sentencepiece
-from conftest import PAIRS, REPO_ROOT
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
+from keras import ops
 
-from keras_transformer.generation.translation import tokenize
+from helpers import PAIRS, REPO_ROOT
 from keras_transformer.generation.sentences import split_sentences
+from keras_transformer.generation.translation import tokenize
 from keras_transformer.training import checkpoints
 from keras_transformer.training.callbacks import CURVES_CSV, read_curves
 
@@ -69,7 +69,7 @@ def test_a_bad_item_is_named_by_its_index(tiny_model):
 
 
 def test_bytes_are_decoded_as_utf8(trained_model):
-    assert trained_model.translate([b"a dog runs .", "a cat sleeps .".encode()], beam_size=None) == [
+    assert trained_model.translate([b"a dog runs .", b"a cat sleeps ."], beam_size=None) == [
         "ein hund rennt .",
         "eine katze schläft .",
     ]
@@ -90,7 +90,13 @@ def test_packed_sources_match_the_preprocessor(tiny_model):
 
 
 def test_sentence_splitting():
-    assert split_sentences("He came. Did he? Yes! Pi is 3.14 … ok") == ["He came.", "Did he?", "Yes!", "Pi is 3.14 …", "ok"]
+    assert split_sentences("He came. Did he? Yes! Pi is 3.14 … ok") == [
+        "He came.",
+        "Did he?",
+        "Yes!",
+        "Pi is 3.14 …",
+        "ok",
+    ]
     assert split_sentences('"Stop." she said.\n(Then left.) ') == ['"Stop."', "she said.", "(Then left.)"]
     assert split_sentences("雨です。晴れ！本当？") == ["雨です。", "晴れ！", "本当？"]
     assert split_sentences("no end") == ["no end"]
@@ -240,17 +246,50 @@ def start_training(folder, max_steps: int, every: int):
         PYTHONUNBUFFERED="1",  # what was printed before a kill is not lost in a buffer
     )
     args = [
-        "train", "--src", folder / "train.en", "--tgt", folder / "train.de", "--out", folder / "run",
-        "--layers", "1", "--hidden-dim", "16", "--ff-dim", "32", "--heads", "2", "--dropout", "0",
-        "--vocab-size", "64", "--max-length", "16", "--tokens-per-batch", "64", "--warmup-steps", "4",
-        "--checkpoint-every-steps", str(every), "--checkpoint-every-minutes", "0",
+        "train",
+        "--src",
+        folder / "train.en",
+        "--tgt",
+        folder / "train.de",
+        "--out",
+        folder / "run",
+        "--layers",
+        "1",
+        "--hidden-dim",
+        "16",
+        "--ff-dim",
+        "32",
+        "--heads",
+        "2",
+        "--dropout",
+        "0",
+        "--vocab-size",
+        "64",
+        "--max-length",
+        "16",
+        "--tokens-per-batch",
+        "64",
+        "--warmup-steps",
+        "4",
+        "--checkpoint-every-steps",
+        str(every),
+        "--checkpoint-every-minutes",
+        "0",
         # One "epoch" per step: curves.csv (rewritten atomically) then records
         # every step reached, which measures the work a kill loses.
-        "--valid-every", "1", "--verbose", "0", "--max-steps", str(max_steps),
+        "--valid-every",
+        "1",
+        "--verbose",
+        "0",
+        "--max-steps",
+        str(max_steps),
     ]
     return subprocess.Popen(
         [sys.executable, "-m", "keras_transformer.cli", *map(str, args)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
     )
 
 

@@ -2,9 +2,9 @@
 
 import itertools
 
+import keras
 import numpy as np
 import pytest
-import keras
 from keras import ops
 
 from keras_transformer import beam_search, greedy_search, length_penalty
@@ -108,8 +108,13 @@ def test_a_short_buffer_finds_what_a_long_one_does_or_says_it_did_not(seed):
         expected = tokens_of((full[0] if isinstance(full, tuple) else full)[0])
         for buffer_length in range(3, 9):
             *found, complete = run(
-                table, search, batch=2, max_length=7, buffer_length=buffer_length,
-                with_completion=True, **kwargs,
+                table,
+                search,
+                batch=2,
+                max_length=7,
+                buffer_length=buffer_length,
+                with_completion=True,
+                **kwargs,
             )
             if complete[0]:
                 assert tokens_of(found[0][0]) == expected, (search.__name__, buffer_length)

@@ -11,9 +11,9 @@ import sys
 
 import keras
 import pytest
-from conftest import make_model
 
 import keras_transformer as kt
+from helpers import make_model
 from keras_transformer.generation.serving import export_saved_model
 
 pytestmark = [
@@ -62,7 +62,9 @@ def load_and_translate(directory, sources) -> dict:
     """Runs the SavedModel in a Python that never imports keras_transformer."""
     result = subprocess.run(
         [sys.executable, "-c", LOADER, str(directory), json.dumps(sources)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -5,8 +5,8 @@ import importlib.util
 
 import numpy as np
 import pytest
-from conftest import PAIRS, REPO_ROOT
 
+from helpers import PAIRS, REPO_ROOT
 from keras_transformer.training import data
 
 
@@ -24,7 +24,9 @@ def test_recorded_batches_are_the_train_commands(tokenizer, split):
     sources = [p[0] * n for p in PAIRS for n in (1, 2, 3)]
     targets = [p[1] * n for p in PAIRS for n in (1, 2, 3)]
     pairs = data.tokenize_pairs(sources, targets, tokenizer, max_length=48)
-    batching = dict(tokens_per_batch=96, repeat=True, seed=5) if split == "train" else dict(tokens_per_batch=96, shuffle=False)
+    batching = (
+        dict(tokens_per_batch=96, repeat=True, seed=5) if split == "train" else dict(tokens_per_batch=96, shuffle=False)
+    )
     steps = 12 if split == "train" else None
 
     contents = prepare._batch_contents(pairs, steps, **batching)

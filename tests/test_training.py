@@ -2,17 +2,18 @@ import argparse
 import gzip
 import os
 
-import keras
 import h5py
+import keras
 import numpy as np
 import pytest
 
 import keras_transformer as kt
 from keras_transformer.cli import main as cli
-from keras_transformer.training import data, distribution
 from keras_transformer.cli.commands import train as train_command
-from keras_transformer.training import checkpoints
+from keras_transformer.training import checkpoints, data, distribution
 from keras_transformer.training.callbacks import CURVES_CSV, CURVES_PNG, read_curves
+from keras_transformer.training.recipe import TrainingRecipe
+from keras_transformer.training.trainer import Trainer
 
 TINY = dict(num_encoder_layers=1, num_decoder_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32, dropout=0.0)
 
@@ -63,19 +64,20 @@ def test_checkpoint_resume_restores_step_optimizer_and_learning_rate(tmp_path, t
     keras.config.backend() == "jax", reason="JAX on CPU has no float16 matmul (dot_general F16_F16_F32)"
 )
 def test_checkpoint_resume_with_mixed_float16_loss_scaling(tmp_path, tokenizer, batches):
-    args = argparse.Namespace(peak_lr=None, warmup_steps=4, accumulate=2, label_smoothing=0.1)
+    trainer = Trainer(str(tmp_path), TrainingRecipe(warmup_steps=4, accumulate=2), max_steps=2, dtype="mixed_float16")
 
     def build(seed):
         keras.utils.set_random_seed(seed)
-        with train_command._dtype_policy("mixed_float16"):
+        with trainer.scope():
             backbone = kt.TransformerBackbone(vocabulary_size=tokenizer.vocabulary_size(), **TINY)
             model = kt.Transformer(backbone=backbone)
-            train_command.compile_model(model, args)
+            trainer.compile(model)
         return model
 
     model = build(0)
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
-    model.fit(batches, steps_per_epoch=4, epochs=1, verbose=0, shuffle=False)
+    # Weighted as Trainer.fit weighs them for its summed loss.
+    model.fit(data.weight_by_update(batches, 2), steps_per_epoch=4, epochs=1, verbose=0, shuffle=False)
     path = checkpoints.save_checkpoint(model, str(tmp_path))
     resumed = build(1)
     assert checkpoints.restore_checkpoint(resumed, path) == 2  # 4 micro-batches, 2 updates
@@ -137,9 +139,8 @@ def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
 
 
 def test_accumulation_keeps_the_schedule_per_update(tokenizer):
-    args = argparse.Namespace(peak_lr=0.005, warmup_steps=10, accumulate=4, label_smoothing=0.1)
     model = kt.Transformer(kt.TransformerBackbone(vocabulary_size=tokenizer.vocabulary_size(), **TINY))
-    train_command.compile_model(model, args)
+    Trainer("run", TrainingRecipe(warmup_steps=10, peak_learning_rate=0.005, accumulate=4), max_steps=1).compile(model)
     plain = kt.TransformerSchedule.with_peak(0.005, 10, 16)
     accumulated = model.optimizer._learning_rate  # the schedule itself
     assert model.optimizer.gradient_accumulation_steps == 4
@@ -174,7 +175,14 @@ def test_accumulated_micro_batches_update_like_one_batch_of_all_their_tokens(tok
 
     first, second = batch(2, 6, [4, 1]), batch(1, 6, [1])
     micro = tf_dataset([first, second])
-    whole = tf_dataset([tuple(np.concatenate([a, b]) if not isinstance(a, dict) else {k: np.concatenate([a[k], b[k]]) for k in a} for a, b in zip(first, second))])
+    whole = tf_dataset(
+        [
+            tuple(
+                np.concatenate([a, b]) if not isinstance(a, dict) else {k: np.concatenate([a[k], b[k]]) for k in a}
+                for a, b in zip(first, second)
+            )
+        ]
+    )
 
     def trained(dataset, accumulate=None, weighted=True):
         keras.utils.set_random_seed(0)
@@ -243,11 +251,43 @@ def test_train_resume_and_average_commands(tmp_path, pairs, capsys):
     source, target = write_corpus(tmp_path, pairs, copies=5)
     run = tmp_path / "run"
     command = [
-        "train", "--src", source, "--tgt", target, "--valid-src", source, "--valid-tgt", target,
-        "--preset", "no_such_preset", "--layers", "1", "--hidden-dim", "16", "--ff-dim", "32",
-        "--heads", "2", "--dropout", "0", "--vocab-size", "64", "--max-length", "16",
-        "--tokens-per-batch", "64", "--warmup-steps", "4", "--checkpoint-every-steps", "2",
-        "--valid-every", "3", "--verbose", "0", "--out", str(run),
+        "train",
+        "--src",
+        source,
+        "--tgt",
+        target,
+        "--valid-src",
+        source,
+        "--valid-tgt",
+        target,
+        "--preset",
+        "no_such_preset",
+        "--layers",
+        "1",
+        "--hidden-dim",
+        "16",
+        "--ff-dim",
+        "32",
+        "--heads",
+        "2",
+        "--dropout",
+        "0",
+        "--vocab-size",
+        "64",
+        "--max-length",
+        "16",
+        "--tokens-per-batch",
+        "64",
+        "--warmup-steps",
+        "4",
+        "--checkpoint-every-steps",
+        "2",
+        "--valid-every",
+        "3",
+        "--verbose",
+        "0",
+        "--out",
+        str(run),
     ]
     assert cli.main(command + ["--max-steps", "6"]) == 0
     assert (run / "vocabulary.spm").exists() and (run / CURVES_PNG).exists()
@@ -283,10 +323,79 @@ def test_train_resume_and_average_commands(tmp_path, pairs, capsys):
         np.testing.assert_allclose(loaded, mean, atol=1e-2)
 
 
+def test_accumulation_logs_the_validation_token_mean_and_the_next_updates_learning_rate(tmp_path, pairs):
+    # 2 updates of 1 batch or of 2 micro-batches, the same validation batches,
+    # and a learning rate so low that the weights barely move: both runs
+    # validate the same model on the same batches.
+    source, target = write_corpus(tmp_path, pairs, copies=5)
+    command = [
+        "train",
+        "--src",
+        source,
+        "--tgt",
+        target,
+        "--valid-src",
+        source,
+        "--valid-tgt",
+        target,
+        "--layers",
+        "1",
+        "--hidden-dim",
+        "16",
+        "--ff-dim",
+        "32",
+        "--heads",
+        "2",
+        "--dropout",
+        "0",
+        "--vocab-size",
+        "64",
+        "--max-length",
+        "16",
+        "--tokens-per-batch",
+        "64",
+        "--warmup-steps",
+        "4",
+        "--peak-lr",
+        "1e-9",
+        "--max-steps",
+        "2",
+        "--valid-every",
+        "1",
+        "--valid-bleu-sentences",
+        "0",
+        "--verbose",
+        "0",
+    ]
+    curves = {}
+    for accumulate in (1, 2):
+        run = tmp_path / f"accumulate_{accumulate}"
+        assert cli.main(command + ["--accumulate", str(accumulate), "--out", str(run)]) == 0
+        curves[accumulate] = read_curves(str(run / CURVES_CSV))
+    plain, accumulated = curves[1], curves[2]
+    assert [r["step"] for r in accumulated] == [r["step"] for r in plain] == [1, 2]
+    for one, other in zip(plain, accumulated):
+        np.testing.assert_allclose(other["val_loss"], one["val_loss"], rtol=1e-5)
+        np.testing.assert_allclose(other["learning_rate"], one["learning_rate"], rtol=1e-5)
+    # Without accumulation, the logged rate is the schedule's at the next update.
+    schedule = kt.TransformerSchedule.with_peak(1e-9, 4, 16)
+    assert [r["learning_rate"] for r in plain] == pytest.approx([float(schedule(1)), float(schedule(2))], rel=1e-5)
+
+
 def test_train_command_reports_bad_input(tmp_path, capsys):
     (tmp_path / "a.en").write_text("one\ntwo\n")
     (tmp_path / "a.de").write_text("eins\n")
-    command = ["train", "--src", str(tmp_path / "a.en"), "--tgt", str(tmp_path / "a.de"), "--preset", "transformer_tiny", "--out", str(tmp_path / "run")]
+    command = [
+        "train",
+        "--src",
+        str(tmp_path / "a.en"),
+        "--tgt",
+        str(tmp_path / "a.de"),
+        "--preset",
+        "transformer_tiny",
+        "--out",
+        str(tmp_path / "run"),
+    ]
     assert cli.main(command) == 1
     assert "goes on at line 2" in capsys.readouterr().err
 
@@ -304,12 +413,43 @@ def test_training_on_multi30k_lowers_the_loss_and_beats_an_untrained_model(multi
             (tmp_path / f"{split}.{language}").write_text("".join(lines[language][part]), encoding="utf-8")
     run = tmp_path / "run"
     command = [
-        "train", "--src", str(tmp_path / "train.en"), "--tgt", str(tmp_path / "train.de"),
-        "--valid-src", str(tmp_path / "val.en"), "--valid-tgt", str(tmp_path / "val.de"),
-        "--layers", "2", "--hidden-dim", "64", "--ff-dim", "128", "--heads", "4", "--dropout", "0.1",
-        "--vocab-size", "1000", "--tokens-per-batch", "1024", "--max-steps", "120", "--warmup-steps", "40",
-        "--peak-lr", "0.005", "--valid-every", "40", "--checkpoint-every-steps", "40", "--verbose", "0",
-        "--out", str(run),
+        "train",
+        "--src",
+        str(tmp_path / "train.en"),
+        "--tgt",
+        str(tmp_path / "train.de"),
+        "--valid-src",
+        str(tmp_path / "val.en"),
+        "--valid-tgt",
+        str(tmp_path / "val.de"),
+        "--layers",
+        "2",
+        "--hidden-dim",
+        "64",
+        "--ff-dim",
+        "128",
+        "--heads",
+        "4",
+        "--dropout",
+        "0.1",
+        "--vocab-size",
+        "1000",
+        "--tokens-per-batch",
+        "1024",
+        "--max-steps",
+        "120",
+        "--warmup-steps",
+        "40",
+        "--peak-lr",
+        "0.005",
+        "--valid-every",
+        "40",
+        "--checkpoint-every-steps",
+        "40",
+        "--verbose",
+        "0",
+        "--out",
+        str(run),
     ]
     assert cli.main(command) == 0
     curves = read_curves(str(run / CURVES_CSV))
@@ -323,9 +463,7 @@ def test_training_on_multi30k_lowers_the_loss_and_beats_an_untrained_model(multi
     assert cli.main(["average", str(run), "--last", "1", "--out", str(preset)]) == 0
     trained = kt.Transformer.from_preset(str(preset))
     keras.utils.set_random_seed(5)
-    untrained = kt.Transformer(
-        kt.TransformerBackbone.from_config(trained.backbone.get_config()), trained.preprocessor
-    )
+    untrained = kt.Transformer(kt.TransformerBackbone.from_config(trained.backbone.get_config()), trained.preprocessor)
     sources = [s.strip() for s in lines["en"][300:360]]
     references = [s.strip() for s in lines["de"][300:360]]
     scores = [

@@ -8,8 +8,9 @@ import pytest
 from keras import ops
 
 import keras_transformer as kt
+from helpers import PAIRS, TINY_CONFIG, make_model, random_algorithms
+from keras_transformer.generation.settings import SearchSettings
 from keras_transformer.utils import library_internals
-from conftest import PAIRS, TINY_CONFIG, make_model, random_algorithms
 
 
 def test_compile_defaults_are_the_paper_recipe(tiny_model):
@@ -100,7 +101,9 @@ def test_fit_on_token_ids_without_preprocessor(tokenizer):
     bare.compile(optimizer=keras.optimizers.Adam(0.01))
     history = bare.fit(x, ops.convert_to_numpy(y), batch_size=3, epochs=5, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0]
-    out = bare.generate({"encoder_token_ids": x["encoder_token_ids"], "encoder_padding_mask": x["encoder_padding_mask"]}, beam_size=2)
+    out = bare.generate(
+        {"encoder_token_ids": x["encoder_token_ids"], "encoder_padding_mask": x["encoder_padding_mask"]}, beam_size=2
+    )
     assert out["decoder_token_ids"].shape[0] == len(PAIRS)
     assert (out["decoder_token_ids"][:, 0] == tokenizer.start_token_id).all()
 
@@ -184,7 +187,7 @@ def test_quantize_int8_quantizes_the_backbone_and_recompiles_the_search(trained_
     assert model.backbone.token_embedding.quantization_mode == "int8"
     embedded = ops.convert_to_numpy(model.backbone.token_embedding(ids))
     assert np.abs(embedded - float_embedded).max() < 0.02 * np.abs(float_embedded).max()
-    assert not model._search_functions.functions
+    assert not model.compiled_searches
     int8_logits = logits_of(model)
     # Changed by the quantization, but by a few percent of the logits' range.
     assert 0 < np.abs(int8_logits - float_logits).max() < 0.1 * np.abs(float_logits).max()
@@ -229,7 +232,11 @@ def test_preprocessor_layout(tokenizer):
     preprocessor = kt.TransformerPreprocessor(tokenizer, 8, 8)
     x, y, w = preprocessor({"encoder_text": ["a dog"], "decoder_text": ["ein hund"]})
     x = {k: ops.convert_to_numpy(v) for k, v in x.items()}
-    target = tokenizer("ein hund").numpy().tolist() if hasattr(tokenizer("ein hund"), "numpy") else list(tokenizer("ein hund"))
+    target = (
+        tokenizer("ein hund").numpy().tolist()
+        if hasattr(tokenizer("ein hund"), "numpy")
+        else list(tokenizer("ein hund"))
+    )
     n = len(target)
     assert x["decoder_token_ids"][0, 0] == tokenizer.start_token_id
     assert list(x["decoder_token_ids"][0, 1 : n + 1]) == target
@@ -246,7 +253,7 @@ def test_decoding_compiles_once_per_length_bucket(trained_model):
     if keras.config.backend() != "tensorflow":
         pytest.skip("counts tf.function traces; jax.jit caches by shape the same way")
     trained_model.translate(["a dog runs ."], beam_size=2)
-    function = next(iter(trained_model._search_functions.functions.values()))
+    function = next(iter(trained_model.compiled_searches.values()))
     traces = function.experimental_get_tracing_count()
     # Other sentences of the same batch size and source bucket reuse the graph.
     trained_model.translate(["two cats play ."], beam_size=2)
@@ -258,7 +265,7 @@ def test_a_partial_last_batch_reuses_the_search_of_the_full_batches(trained_mode
     sources = [p[0] for p in PAIRS]  # 6 sentences of one length bucket
     in_batches = trained_model.translate(sources, beam_size=2, batch_size=4)  # batches of 4 and 2
     if keras.config.backend() == "tensorflow":
-        function = trained_model._search_functions.functions[(2, 0.6, 50, True)]
+        function = trained_model.compiled_searches[(SearchSettings(beam_size=2), True)]
         traces = function.experimental_get_tracing_count()
         # Batches of 4 and 1: no new batch size, so no new graph.
         assert trained_model.translate(sources[:5], beam_size=2, batch_size=4) == in_batches[:5]
@@ -277,8 +284,9 @@ def test_keras_hub_decoding_api_follows_compile_sampler(trained_model):
         packed["decoder_token_ids"] = np.zeros((1, 16), "int32")
         stepped = trained_model.generate_step(packed)
         direct = trained_model.make_generate_function()(packed)
-        np.testing.assert_array_equal(ops.convert_to_numpy(stepped["decoder_token_ids"]),
-                                      ops.convert_to_numpy(direct["decoder_token_ids"]))
+        np.testing.assert_array_equal(
+            ops.convert_to_numpy(stepped["decoder_token_ids"]), ops.convert_to_numpy(direct["decoder_token_ids"])
+        )
         with pytest.raises(ValueError, match="greedy or beam search"):
             trained_model.compile(sampler="top_k")
         with pytest.raises(ValueError, match="stops at the end token"):
@@ -294,9 +302,9 @@ def test_generate_searches_a_short_buffer_first_and_the_full_one_only_if_needed(
     buffers = []
     search = trained_model._search
 
-    def recording(token_ids, beam_size, alpha, max_extra_length, buffer_length, **kwargs):
+    def recording(token_ids, settings, buffer_length, **kwargs):
         buffers.append(buffer_length)
-        return search(token_ids, beam_size, alpha, max_extra_length, buffer_length, **kwargs)
+        return search(token_ids, settings, buffer_length, **kwargs)
 
     monkeypatch.setattr(trained_model, "_search", recording)
     sources = [pair[0] for pair in PAIRS]
@@ -329,13 +337,21 @@ def test_generate_on_token_ids_uses_the_backbones_special_ids():
     # source's length without special tokens.
     keras.utils.set_random_seed(0)
     backbone = kt.TransformerBackbone(
-        vocabulary_size=20, num_encoder_layers=1, num_decoder_layers=1, num_heads=2,
-        hidden_dim=8, intermediate_dim=16, pad_token_id=19, start_token_id=19, end_token_id=5,
+        vocabulary_size=20,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        num_heads=2,
+        hidden_dim=8,
+        intermediate_dim=16,
+        pad_token_id=19,
+        start_token_id=19,
+        end_token_id=5,
     )
     model = kt.Transformer(backbone)
     source = np.array([[7, 8, 9, 5, 19, 19]], "int32")
-    out = model.generate({"encoder_token_ids": source, "encoder_padding_mask": source != 19},
-                         beam_size=None, max_extra_length=2)
+    out = model.generate(
+        {"encoder_token_ids": source, "encoder_padding_mask": source != 19}, beam_size=None, max_extra_length=2
+    )
     tokens = out["decoder_token_ids"][0]
     assert tokens[0] == 19  # the start token
     length = int(np.argmax(tokens == 5))  # where the end token is
@@ -345,14 +361,26 @@ def test_generate_on_token_ids_uses_the_backbones_special_ids():
 
 def test_special_ids_must_agree_with_the_tokenizer(tokenizer):
     backbone = kt.TransformerBackbone(
-        vocabulary_size=tokenizer.vocabulary_size(), num_encoder_layers=1, num_decoder_layers=1,
-        num_heads=2, hidden_dim=8, intermediate_dim=16, end_token_id=7,
+        vocabulary_size=tokenizer.vocabulary_size(),
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        num_heads=2,
+        hidden_dim=8,
+        intermediate_dim=16,
+        end_token_id=7,
     )
     with pytest.raises(ValueError, match="disagree on special token ids.*end_token_id"):
         kt.Transformer(backbone, kt.TransformerPreprocessor(tokenizer, 8, 8))
     with pytest.raises(ValueError, match="outside the vocabulary"):
-        kt.TransformerBackbone(vocabulary_size=4, num_encoder_layers=1, num_decoder_layers=1,
-                               num_heads=2, hidden_dim=8, intermediate_dim=16, end_token_id=9)
+        kt.TransformerBackbone(
+            vocabulary_size=4,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
+            num_heads=2,
+            hidden_dim=8,
+            intermediate_dim=16,
+            end_token_id=9,
+        )
 
 
 @pytest.mark.parametrize("alpha", [-0.5, float("nan")])

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from helpers import REPO_ROOT
+
 WITHOUT_MODULES = Path(__file__).resolve().parent / "without_modules"
 
 
@@ -21,8 +22,14 @@ def run_without(modules: str, code: str, backend: str = "jax", timeout: float = 
         "KERAS_BACKEND": backend,
         "PYTHONPATH": os.pathsep.join([str(WITHOUT_MODULES), str(REPO_ROOT)]),
     }
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_the_blocker_blocks():
@@ -32,7 +39,9 @@ def test_the_blocker_blocks():
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_a_model_translates_token_ids_and_trains_without_tensorflow(backend):
-    result = run_without("tensorflow,tensorflow_text", """
+    result = run_without(
+        "tensorflow,tensorflow_text",
+        """
         import sys
         import keras, numpy as np
         from keras_transformer import Transformer, TransformerBackbone
@@ -48,13 +57,17 @@ def test_a_model_translates_token_ids_and_trains_without_tensorflow(backend):
         history = keras.Model.fit(model, x, ids, epochs=1, verbose=0)
         print("loss", history.history["loss"][0])
         assert "tensorflow" not in sys.modules
-    """, backend=backend)
+    """,
+        backend=backend,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "generated (1, " in result.stdout and "loss" in result.stdout
 
 
 def test_text_processing_says_what_is_missing():
-    result = run_without("tensorflow,tensorflow_text", """
+    result = run_without(
+        "tensorflow,tensorflow_text",
+        """
         from keras_transformer import TransformerTokenizer
         from keras_transformer.training import data
         from keras_transformer.marian import MarianTokenizer
@@ -66,7 +79,8 @@ def test_text_processing_says_what_is_missing():
                 print("ImportError:", error)
             else:
                 raise AssertionError("no ImportError")
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("ImportError:")]
     assert len(lines) == 3 and all("tensorflow-text" in line for line in lines), result.stdout

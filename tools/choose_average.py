@@ -26,32 +26,33 @@ def main() -> None:
     args = parser.parse_args()
 
     from keras_transformer import TransformerTokenizer
-    from keras_transformer.training import data
-    from keras_transformer.cli.commands.train import compile_model
+    from keras_transformer.training import checkpoints, data
+    from keras_transformer.training.run_folder import RUN_FILE, VOCABULARY_FILE, build_model, run_trainer
     from keras_transformer.utils.files import read_lines
-    from keras_transformer.training.run_folder import CHECKPOINT_DIR, RUN_FILE, VOCABULARY_FILE, build_model
-    from keras_transformer.training import checkpoints
 
     with open(os.path.join(args.run_dir, RUN_FILE)) as f:
         run = json.load(f)
     run_args = argparse.Namespace(**run["arguments"])
     tokenizer = TransformerTokenizer(proto=os.path.join(args.run_dir, VOCABULARY_FILE))
     model = build_model(run["backbone"], tokenizer, run_args.max_length)
-    compile_model(model, run_args)
+    trainer = run_trainer(args.run_dir, run["arguments"])
+    trainer.compile(model)
     sources = list(read_lines(args.valid_src))
     targets = list(read_lines(args.valid_tgt))
     pairs = data.tokenize_pairs(sources, targets, tokenizer, run_args.max_length)
-    batches = data.with_batch_count(data.token_batches(pairs, run_args.tokens_per_batch, shuffle=False))
-    paths = checkpoints.list_checkpoints(os.path.join(args.run_dir, CHECKPOINT_DIR))
+    batches = data.token_batches(pairs, run_args.tokens_per_batch, shuffle=False)
+    paths = checkpoints.list_checkpoints(trainer.checkpoint_directory)
     losses = {}
     for k in sorted(set(args.candidates)):
         if k > len(paths):
             print(f"last {k}: skipped, the run has only {len(paths)} checkpoints")
             continue
         model.set_weights(checkpoints.average_checkpoints(paths[-k:]))
-        losses[k] = model.evaluate(batches, verbose=0, return_dict=True)["loss"]
-        print(f"last {k:2d} ({os.path.basename(paths[-k])} .. {os.path.basename(paths[-1])}): "
-              f"validation loss {losses[k]:.4f}")
+        losses[k] = trainer.evaluate(model, batches)["loss"]
+        print(
+            f"last {k:2d} ({os.path.basename(paths[-k])} .. {os.path.basename(paths[-1])}): "
+            f"validation loss {losses[k]:.4f}"
+        )
     print(f"best: LAST={min(losses, key=losses.get)}")
 
 

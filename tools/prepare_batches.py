@@ -41,9 +41,7 @@ def _batch_contents(pairs: data.TokenizedPairs, steps: int | None, **batching) -
     indices = tf.range(len(pairs), dtype="int32")
     labelled = data.TokenizedPairs(
         # Each source token is the pair's index; lengths are unchanged.
-        tf.RaggedTensor.from_row_splits(
-            tf.repeat(indices, pairs.sources.row_lengths()), pairs.sources.row_splits
-        ),
+        tf.RaggedTensor.from_row_splits(tf.repeat(indices, pairs.sources.row_lengths()), pairs.sources.row_splits),
         pairs.targets,
         pairs.max_length,
         pairs.dropped,
@@ -99,8 +97,11 @@ def main() -> None:
         if split == "train":
             # As the train command batches a run that starts at step 0.
             contents = _batch_contents(
-                pairs, args.max_steps, tokens_per_batch=options["tokens_per_batch"],
-                repeat=True, seed=options["seed"],
+                pairs,
+                args.max_steps,
+                tokens_per_batch=options["tokens_per_batch"],
+                repeat=True,
+                seed=options["seed"],
             )
         else:
             contents = _batch_contents(pairs, None, tokens_per_batch=options["tokens_per_batch"], shuffle=False)

@@ -13,20 +13,17 @@ the last --average checkpoints (section 6.1) to RUN_DIR/averaged.npz, which
 
 import argparse
 import json
-import math
 import os
 import time
 
 import keras
 import numpy as np
 
-from keras_transformer.cli.commands.train import compile_model
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.models.transformer_backbone import TransformerBackbone
-from keras_transformer.training.run_folder import CHECKPOINT_DIR, RUN_FILE
-from keras_transformer.utils.special_tokens import END_ID, PAD_ID, START_ID
 from keras_transformer.training import checkpoints
-from keras_transformer.training.callbacks import StopAtStep, TrainingMonitor
+from keras_transformer.training.run_folder import RUN_FILE, run_trainer
+from keras_transformer.utils.special_tokens import END_ID, PAD_ID, START_ID
 
 AVERAGED_FILE = "averaged.npz"
 
@@ -105,57 +102,28 @@ def main() -> None:
 
     with open(os.path.join(args.run_dir, RUN_FILE)) as f:
         run = json.load(f)
-    options = argparse.Namespace(**run["arguments"])
     with np.load(os.path.join(args.run_dir, "batches.npz")) as arrays:
         train, valid = RecordedBatches(arrays, "train"), RecordedBatches(arrays, "valid")
-    options.max_steps = args.max_steps or len(train)
-    if len(train) < options.max_steps:
-        raise SystemExit(f"batches.npz holds {len(train)} training batches; --max-steps is {options.max_steps}.")
+    max_steps = args.max_steps or len(train)
+    if len(train) < max_steps:
+        raise SystemExit(f"batches.npz holds {len(train)} training batches; --max-steps is {max_steps}.")
 
-    keras.utils.set_random_seed(options.seed)
+    keras.utils.set_random_seed(run["arguments"]["seed"])
+    trainer = run_trainer(args.run_dir, {**run["arguments"], "max_steps": max_steps, "verbose": 2})
     model = Transformer(backbone=TransformerBackbone(**run["backbone"]), preprocessor=None)
-    compile_model(model, options)
-    checkpoint_dir = os.path.join(args.run_dir, CHECKPOINT_DIR)
-    step = 0
-    last = checkpoints.latest_checkpoint(checkpoint_dir)
-    if last:
-        step = checkpoints.restore_checkpoint(model, last)
-        print(f"resuming from {last} at step {step}.")
+    trainer.compile(model)
+    step = trainer.resume(model)
 
     def training_batches():
-        for index in range(step, options.max_steps):
+        for index in range(step, max_steps):
             yield train.batch(index)
 
-    saver = checkpoints.PeriodicCheckpoint(
-        checkpoint_dir,
-        every_steps=options.checkpoint_every_steps,
-        every_minutes=options.checkpoint_every_minutes or None,
-        keep=options.keep_checkpoints,
-    )
-    monitor = TrainingMonitor(args.run_dir)
-    nan_guard = checkpoints.StopOnNaN(saver)
-    callbacks = [saver, nan_guard, StopAtStep(options.max_steps), monitor]
-    if args.minutes:
-        callbacks.append(StopAtDeadline(args.minutes))
-    initial_epoch = step // options.valid_every
-    if step < options.max_steps:
-        # KerasHub's Task.fit sends every input through tf.data or grain to
-        # preprocess it; these batches need no preprocessing (the model has
-        # none) and a GPU machine may have neither library: Keras' own fit.
-        keras.Model.fit(
-            model,
-            training_batches(),
-            validation_data=ValidationBatches(valid),
-            steps_per_epoch=options.valid_every,
-            initial_epoch=initial_epoch,
-            epochs=initial_epoch + math.ceil((options.max_steps - step) / options.valid_every),
-            callbacks=callbacks,
-            verbose=2,
-            shuffle=False,  # recorded in the train command's order
-        )
-        if nan_guard.message:
-            raise SystemExit(nan_guard.message)
-        print(f"trained to step {int(keras.ops.convert_to_numpy(model.optimizer.iterations))} at {monitor.tokens_per_second:.0f} target tokens/s.")
+    if step < max_steps:
+        deadline = [StopAtDeadline(args.minutes)] if args.minutes else []
+        # In the train command's order, as recorded.
+        result = trainer.fit(model, training_batches(), ValidationBatches(valid), step=step, callbacks=deadline)
+        print(f"trained to step {result.step} at {result.tokens_per_second:.0f} target tokens/s.")
+    checkpoint_dir = trainer.checkpoint_directory
     paths = checkpoints.list_checkpoints(checkpoint_dir)[-args.average :]
     weights = checkpoints.average_checkpoints(paths)
     arrays = {f"model/{i:05d}": w for i, w in enumerate(weights)}
@@ -164,7 +132,8 @@ def main() -> None:
     path = os.path.join(args.run_dir, AVERAGED_FILE)
     np.savez(path + ".tmp.npz", **arrays)
     os.replace(path + ".tmp.npz", path)
-    print(f"averaged {len(paths)} checkpoints ({os.path.basename(paths[0])} .. {os.path.basename(paths[-1])}) into {path}.")
+    first, last = os.path.basename(paths[0]), os.path.basename(paths[-1])
+    print(f"averaged {len(paths)} checkpoints ({first} .. {last}) into {path}.")
 
 
 if __name__ == "__main__":

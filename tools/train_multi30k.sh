@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Trains, averages and evaluates the Multi30k presets (English->German and
-# English->French) with the recipe of Wu et al. 2021's text-only
-# Transformer-Tiny (see PAPER.md, "Multi30k reference point"):
+# English->French) with the recipe of the text-only Transformer-Tiny of Wu et al.,
+# "Good for Misconceived Reasons" (ACL 2021), which reaches 41.02 BLEU on English->German:
 #   4+4 layers, d_model 128, d_ff 256, 4 heads, dropout 0.3 (--preset transformer_tiny),
 #   no dropout on attention weights (fairseq's default, and the paper's 5.4),
 #   one shared BPE vocabulary of ~10,000 subwords trained on the cased training text,

@@ -63,7 +63,8 @@ def build_parser(commands: dict) -> argparse.ArgumentParser:
     )
     backend = argparse.ArgumentParser(add_help=False)
     backend.add_argument(
-        "--backend", choices=startup.BACKENDS,
+        "--backend",
+        choices=startup.BACKENDS,
         help="Keras' backend (default: KERAS_BACKEND, else tensorflow)",
     )
     parser = argparse.ArgumentParser(
@@ -119,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(cache, ignore_errors=True)
         print(
             f"keras-transformer {args.command}: error: a compiled program kept in {cache} could not be read "
-            f"({_sentence(error).rstrip('.')}); that folder was emptied, so the command compiles afresh when run again.",
+            f"({_sentence(error).rstrip('.')}); that folder was emptied, "
+            "so the command compiles afresh when run again.",
             file=sys.stderr,
         )
         return 1
@@ -145,4 +147,3 @@ def _sentence(error: Exception) -> str:
     if isinstance(error, OSError) and error.filename is not None and error.strerror:
         return f"cannot open {error.filename}: {error.strerror.lower()}."
     return " ".join(str(error).split()) or type(error).__name__
-

@@ -19,9 +19,8 @@ Keras, because two things only work before that import:
   own persistent compilation caches), in
   `$XDG_CACHE_HOME/keras_transformer/compiled/` (`~/.cache/...`), one folder
   per backend version; `KERAS_TRANSFORMER_COMPILE_CACHE=DIR` puts them in
-  DIR, `=0` turns the cache off. Measured here (TensorFlow, multi30k_en_de,
-  beam 4, one core): the first compiled batch of a shape took 7.8 s in a
-  new process, 4.3 s with the program cached (the rest is tracing). A
+  DIR, `=0` turns the cache off. A cached program saves the compilation of
+  a new process's first batch of a shape, not its tracing. A
   damaged file there stops TensorFlow (JAX warns and compiles): the command
   then says so in one sentence and empties the folder (`cli.main`).
 
@@ -176,7 +175,7 @@ def unreadable_compile_cache(error: BaseException) -> Path | None:
     if not (reading_failed and type(error).__module__.startswith("tensorflow")):
         return None
     flag = "--tf_xla_persistent_cache_directory="
-    folders = [Path(f[len(flag):]) for f in os.environ.get("TF_XLA_FLAGS", "").split() if f.startswith(flag)]
+    folders = [Path(f[len(flag) :]) for f in os.environ.get("TF_XLA_FLAGS", "").split() if f.startswith(flag)]
     root = compile_cache_root()
     # Only a folder this package chose: a cache the user set up is theirs to clear.
     return folders[-1] if folders and root is not None and root in folders[-1].parents else None

@@ -8,10 +8,10 @@ draws the heads of one decoder layer in a grid, rows labelled with output
 subwords and columns with source subwords; `plot_self_attention` draws one
 head of one encoder layer, as the paper's Figure 4 does.
 
-The blocks do not return their weights, so each layer's attention layer is
-called again with `return_attention_scores=True` on the exact input the block
-gives it (`tests/test_attention_maps.py` checks that it reproduces the block's
-own attention output).
+The weights are the blocks' own: each block is asked for them
+(`return_attention_scores`, `return_cross_attention_scores`) along with its
+output, both computed by the one attention function of training and
+decoding (`keras_transformer.layers.attention`).
 
 Example:
 >>> import keras_transformer as kt
@@ -36,8 +36,8 @@ import textwrap
 import numpy as np
 from keras import ops
 
-from keras_transformer.utils import library_internals
 from keras_transformer.generation.decoding import compiled_search, resolve_jit_compile
+from keras_transformer.generation.settings import SearchSettings
 
 WORD_START = "\u2581"  # SentencePiece's mark of a piece that begins a word
 
@@ -106,11 +106,14 @@ def attention_maps(model, sentence: str) -> AttentionMaps:
     )
 
 
-def _greedy_output(model, source: dict, max_extra_length: int = 50) -> list[int]:
+def _greedy_output(model, source: dict) -> list[int]:
     """The greedy translation's token ids, `<s>` and `</s>` included."""
-    search = compiled_search(model, resolve_jit_compile(), beam_size=None, alpha=0.0, max_extra_length=max_extra_length)
-    buffer = np.zeros((1, source["encoder_token_ids"].shape[1] + max_extra_length), "int32")
-    outputs = search({**{k: ops.convert_to_tensor(v) for k, v in source.items()}, "decoder_token_ids": ops.convert_to_tensor(buffer)})
+    settings = SearchSettings(beam_size=None)
+    search = compiled_search(model, resolve_jit_compile(), settings)
+    buffer = np.zeros((1, source["encoder_token_ids"].shape[1] + settings.max_extra_length), "int32")
+    outputs = search(
+        {**{k: ops.convert_to_tensor(v) for k, v in source.items()}, "decoder_token_ids": ops.convert_to_tensor(buffer)}
+    )
     ids, keep = (ops.convert_to_numpy(outputs[k])[0] for k in ("decoder_token_ids", "decoder_padding_mask"))
     return [int(i) for i in ids[keep.astype(bool)]]
 
@@ -125,7 +128,6 @@ def _encoder_attention(backbone, token_ids, padding_mask):
     x = backbone.embed(token_ids, backbone.encoder_embedding_dropout)
     maps = []
     for block in backbone.encoder_blocks:
-        # KerasHub's encoder block returns its weights itself.
         x, scores = block(x, padding_mask=padding_mask, return_attention_scores=True)
         maps.append(ops.convert_to_numpy(scores)[0].astype("float32"))
     if backbone.encoder_final_norm is not None:
@@ -135,36 +137,12 @@ def _encoder_attention(backbone, token_ids, padding_mask):
 
 def _cross_attention(backbone, decoder_ids, encoder_output, source_mask):
     """Each decoder layer's encoder-decoder attention weights."""
-    length = decoder_ids.shape[1]
-    causal_mask = np.tril(np.ones((1, length, length), "int32"))
-    cross_mask = np.asarray(source_mask, "int32")[:, None, :]
     x = backbone.embed(decoder_ids, backbone.decoder_embedding_dropout)
     maps = []
     for block in backbone.decoder_blocks:
-        _, scores = cross_attention_of_block(block, x, encoder_output, causal_mask, cross_mask)
+        x, scores = block(x, encoder_output, encoder_padding_mask=source_mask, return_cross_attention_scores=True)
         maps.append(ops.convert_to_numpy(scores)[0].astype("float32"))
-        x = block(x, encoder_output, encoder_padding_mask=source_mask)
     return np.stack(maps)
-
-
-def cross_attention_of_block(block, x, encoder_output, causal_mask, cross_mask):
-    """`(attention output, weights)` of a decoder block's encoder-decoder
-    attention, computed exactly as the block computes it on input `x`.
-
-    The query is the self-attention sublayer's output: Post-LN (the paper's)
-    `LayerNorm(x + SelfAttention(x))`; Pre-LN `LayerNorm_cross(x +
-    SelfAttention(LayerNorm_self(x)))`. Dropout is off (inference).
-    """
-    self_attention, cross_attention = block.attention_layers()
-    self_norm, cross_norm = library_internals.decoder_attention_norms(block)
-    if block.normalize_first:
-        query = x + self_attention(query=self_norm(x), value=self_norm(x), attention_mask=causal_mask)
-        query = cross_norm(query)
-    else:
-        query = self_norm(x + self_attention(query=x, value=x, attention_mask=causal_mask))
-    return cross_attention(
-        query=query, value=encoder_output, attention_mask=cross_mask, return_attention_scores=True
-    )
 
 
 def _piece(tokenizer, token_id) -> str:
@@ -173,7 +151,7 @@ def _piece(tokenizer, token_id) -> str:
     word starts instead, with "▁")."""
     piece = tokenizer.id_to_token(int(token_id))
     if piece.startswith(WORD_START):
-        return piece[len(WORD_START):] or WORD_START
+        return piece[len(WORD_START) :] or WORD_START
     if piece.startswith("<") and piece.endswith(">"):
         return piece
     return "##" + piece
@@ -181,7 +159,9 @@ def _piece(tokenizer, token_id) -> str:
 
 def _layer_index(layer: int, count: int, stack: str) -> int:
     if not -count <= layer < count:
-        raise ValueError(f"--layer {layer} is out of range: the {stack} has {count} layers (0 to {count - 1}, or -1 for the last).")
+        raise ValueError(
+            f"--layer {layer} is out of range: the {stack} has {count} layers (0 to {count - 1}, or -1 for the last)."
+        )
     return layer % count
 
 
@@ -296,4 +276,3 @@ def _draw(matrices, subtitles, columns, rows, column_label, row_label, title, pa
     figure.suptitle(title, fontsize=11)
     figure.savefig(path, dpi=120)
     plt.close(figure)
-

@@ -15,6 +15,7 @@ import keras
 from keras import ops
 
 from keras_transformer.generation import search
+from keras_transformer.generation.settings import SearchSettings
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 
 
@@ -22,9 +23,9 @@ def resolve_jit_compile(jit_compile: bool | str = "auto") -> bool:
     """`"auto"` means XLA on TensorFlow and JAX, on CPUs too.
 
     Keras resolves `jit_compile="auto"` to False for TensorFlow on a machine
-    without a GPU, so training and decoding ran uncompiled on CPUs; measured
-    here, XLA makes base-size training about 1.7x and beam search about 2.4x
-    faster on CPU too. Keras' other reason stays: no XLA inside a
+    without a GPU, so training and decoding would run uncompiled on CPUs,
+    where XLA makes both markedly faster too (`benchmarks/`). Keras' other
+    reason stays: no XLA inside a
     `tf.distribute` strategy's scope (its mirrored variables live on several
     devices, which XLA refuses). On torch, "auto" stays eager
     (`torch.compile` is opt-in with `jit_compile=True`).
@@ -43,25 +44,12 @@ def resolve_jit_compile(jit_compile: bool | str = "auto") -> bool:
     return backend == "jax"
 
 
-def check_search_arguments(beam_size: int | None, alpha: float, max_extra_length: int) -> None:
-    """Raises a `ValueError` naming the first bad decoding argument."""
-    if beam_size is not None and (not isinstance(beam_size, int) or beam_size < 1):
-        raise ValueError(f"beam_size must be a positive integer or None; got {beam_size!r}.")
-    # The early stop compares finished scores with the best a live beam can
-    # still reach, log P / lp(max length); that bound needs lp to grow with
-    # length, i.e. alpha >= 0.
-    if not alpha >= 0:
-        raise ValueError(f"alpha (the length penalty exponent) must be >= 0; got {alpha!r}.")
-    if not isinstance(max_extra_length, int) or max_extra_length < 0:
-        raise ValueError(f"max_extra_length must be an integer >= 0; got {max_extra_length!r}.")
-
-
 def search_step(
     backbone: TransformerBackbone,
     inputs: dict,
-    beam_size: int | None = 4,
-    alpha: float = 0.6,
-    max_extra_length: int = 50,
+    beam_size: int | None = SearchSettings.beam_size,
+    alpha: float = SearchSettings.alpha,
+    max_extra_length: int = SearchSettings.max_extra_length,
     with_completion: bool = False,
 ) -> dict:
     """Decodes one batch of token ids; traceable as a single graph.
@@ -70,12 +58,14 @@ def search_step(
         backbone: the network; its special ids are the search's.
         inputs: `encoder_token_ids`, `encoder_padding_mask` (`(batch,
             source_length)`) and `decoder_token_ids`, whose static length is
-            the output buffer, start token included.
-        beam_size: beams per sentence, or `None` for greedy search.
-        alpha: length penalty exponent for beam search.
-        max_extra_length: each sentence gets at most its source length
-            (its tokens other than the start and end tokens) plus this
-            many tokens before its end token (section 6.1).
+            the output buffer, start token included. With a
+            `decoder_padding_mask`, `decoder_token_ids` is also a prompt, as
+            in KerasHub: the start token and a target prefix where the mask
+            is set, which every translation continues (CTranslate2's
+            `target_prefix`). The prefix counts towards the length limit.
+        beam_size, alpha, max_extra_length: see `SearchSettings`; the
+            source length excludes start and end tokens, and the end token
+            comes on top of the extra tokens.
         with_completion: the buffer may be shorter than that limit; the
             output then also holds `complete`, which sentences were
             finished within it (see `search.beam_search`).
@@ -93,7 +83,7 @@ def search_step(
 
     encoder_output = backbone.encode(source_ids, source_mask)
     # Source tokens without start and end tokens (whichever packing the
-    # tokenizer uses), plus the paper's 50, plus the end token.
+    # tokenizer uses), plus the extra length, plus the end token.
     is_text = ops.cast(source_mask, "bool") & (source_ids != start_token_id) & (source_ids != end_token_id)
     max_lengths = ops.sum(ops.cast(is_text, "int32"), axis=-1) + max_extra_length + 1
 
@@ -108,16 +98,33 @@ def search_step(
         logits, cache = backbone.decode_step(token_ids, index, source_mask, cache, cross_cache)
         return ops.cast(logits[:, 0, :], "float32"), cache
 
+    if "decoder_padding_mask" in inputs:
+        prefix = ops.cast(inputs["decoder_token_ids"], "int32")
+        forced = ops.cast(inputs["decoder_padding_mask"], "bool") & (ops.arange(buffer_length)[None, :] > 0)
+        max_lengths = ops.maximum(max_lengths, ops.sum(ops.cast(forced, "int32"), axis=-1) + 1)
+        first_logits = _force_prefix(first_logits, prefix, forced, 1)
+        step = _with_prefix(step, prefix, forced, 1 if beam_size is None else beam_size)
+
     options = dict(
-        start_token_id=start_token_id, end_token_id=end_token_id, pad_token_id=pad_token_id,
+        start_token_id=start_token_id,
+        end_token_id=end_token_id,
+        pad_token_id=pad_token_id,
         with_completion=with_completion,
     )
     if beam_size is None:
         found = search.greedy_search(step, first_logits, self_cache, max_lengths, buffer_length, **options)
     else:
         found = search.beam_search(
-            step, first_logits, self_cache, max_lengths, buffer_length, beam_size, alpha,
-            reorder_cache=backbone.reorder_cache, expand_cache=backbone.expand_cache, **options,
+            step,
+            first_logits,
+            self_cache,
+            max_lengths,
+            buffer_length,
+            beam_size,
+            alpha,
+            reorder_cache=backbone.reorder_cache,
+            expand_cache=backbone.expand_cache,
+            **options,
         )
         found = (found[0], found[2]) if with_completion else found[0]  # without the scores
     tokens, complete = found if with_completion else (found, None)
@@ -129,17 +136,46 @@ def search_step(
     return outputs
 
 
-def compiled_search(model: keras.Model, jit_compile: bool, **config) -> Callable[[dict], dict]:
+def _force_prefix(logits, prefix, forced, position):
+    """Where a row's prefix has a token at `position`, every other token of
+    `logits` (the scores of that position) gets -inf: the search takes it."""
+    token = ops.take(prefix, position, axis=1)
+    others = ops.arange(ops.shape(logits)[-1])[None, :] != token[:, None]
+    return ops.where(ops.take(forced, position, axis=1)[:, None] & others, search.NEG_INF, logits)
+
+
+def _with_prefix(step: Callable, prefix, forced, beams: int) -> Callable:
+    """`step` whose scores follow each sentence's prefix (one row per beam,
+    the beams of a sentence next to each other)."""
+    prefix, forced = ops.repeat(prefix, beams, axis=0), ops.repeat(forced, beams, axis=0)
+
+    def prefixed_step(token_ids, index, cache):
+        logits, cache = step(token_ids, index, cache)
+        return _force_prefix(logits, prefix, forced, index + 1), cache
+
+    return prefixed_step
+
+
+def compiled_search(
+    model: keras.Model, jit_compile: bool, settings: SearchSettings, with_completion: bool = False
+) -> Callable[[dict], dict]:
     """`search_step` on `model.backbone`, compiled for the backend.
 
     Args:
         model: a model with a `backbone`; its variables are read at each call
             (on JAX they are passed to the compiled function).
         jit_compile: XLA on TensorFlow; ignored elsewhere.
-        **config: `search_step`'s `beam_size`, `alpha`, `max_extra_length`,
-            `with_completion`.
+        settings: the beam size, length penalty and output limit.
+        with_completion: see `search_step`.
     """
-    function = partial(search_step, model.backbone, **config)
+    function = partial(
+        search_step,
+        model.backbone,
+        beam_size=settings.beam_size,
+        alpha=settings.alpha,
+        max_extra_length=settings.max_extra_length,
+        with_completion=with_completion,
+    )
     backend = keras.config.backend()
     if backend == "torch":
         import torch
@@ -156,9 +192,8 @@ def compiled_search(model: keras.Model, jit_compile: bool, **config) -> Callable
 
         # The search is written with `ops.while_loop` and has no Python
         # control flow on tensors, so AutoGraph has nothing to convert; left
-        # on, rewriting the source of every function the trace enters took
-        # half of the first call (multi30k_en_de, one sentence, beam 4: 5.05
-        # -> 2.43 s without XLA, 7.23 -> 4.41 s with it).
+        # on, rewriting the source of every function the trace enters takes
+        # about half of a first call.
         return tf.function(function, jit_compile=jit_compile, autograph=False)
     if backend == "jax":
         import jax

@@ -9,9 +9,9 @@ Both functions take a `step_fn(token_ids, index, cache) -> (logits, cache)`
 that scores the next token of every row given the token at `index` (shape
 `(rows, 1)`) and a cache of keys/values that it updates; beam search also
 takes how to reorder that cache's rows. The scores are logits, log P up to a
-constant per row: greedy search needs only their order (without a
-log-softmax over the vocabulary at every step, a tiny greedy batch took 50.0
-instead of 52.2 ms here), and beam search normalises them itself.
+constant per row: greedy search needs only their order (so it spends no
+log-softmax over the vocabulary at every step), and beam search normalises
+them itself.
 """
 
 from collections.abc import Callable
@@ -46,10 +46,9 @@ def first_argmax(x):
     """`argmax(x, axis=-1)` as int32 (the first index of the maximum).
 
     Written as a max and a min over the indices holding it, because XLA
-    computes `argmax` on a CPU as one slow index-tracking reduction: measured
-    here 0.55 ms against 0.19 ms per call for 32 x 8,000 scores, 2.1 against
-    0.97 ms for 32 x 32,000 (machine busy), where a tiny greedy step takes
-    about 3 ms.
+    computes `argmax` on a CPU as one index-tracking reduction, several
+    times slower than these two plain reductions, and a noticeable part of a
+    small model's greedy step.
 
     Example:
     >>> import numpy as np
@@ -64,9 +63,8 @@ def first_argmax(x):
 def _chunk_length(length: int, preferred: int) -> int:
     """The divisor of `length` closest to `preferred`, within a factor of 2
     of it, or `preferred` if there is none. Scores of a length the chunks
-    do not divide are padded, and XLA writes the padded copy out: measured
-    here, the 8 best of 32 x (4 beams x 58,101 Opus-MT tokens) took 6.6 ms
-    in padded chunks of 128 and 4.3 ms in chunks of 107."""
+    do not divide are padded, and XLA writes the padded copy out (4 beams x
+    58,101 Opus-MT tokens divide into chunks of 107, not of 128)."""
     divisors = [c for c in range(preferred // 2, 2 * preferred + 1) if length % c == 0]
     return min(divisors, key=lambda c: abs(c - preferred), default=preferred)
 
@@ -77,9 +75,8 @@ def top_k(x, k: int, chunk: int = 128):
     and JAX; `torch.topk` promises no order among ties).
 
     Beam search picks the best candidates of every sentence among beams x
-    vocabulary scores, and XLA's top-k is slow on a CPU: measured here
-    7.7 ms for 8 of 32 x 128,000 scores (base, beam 4), a tenth of a
-    decoding step, against 1.7 ms this way. The k best values lie
+    vocabulary scores, and XLA's top-k over that many scores is slow on a
+    CPU, a sizeable part of a decoding step. The k best values lie
     in the k chunks of about `chunk` values whose maxima are the highest, so
     one vectorised pass finds those chunks and only they are searched.
 
@@ -184,7 +181,9 @@ def greedy_search(
         return index + 1, tokens, ops.logical_or(done, token == end_token_id), cache
 
     _, tokens, done, _ = ops.while_loop(
-        cond, body, (ops.convert_to_tensor(1, "int32"), tokens, done, cache),
+        cond,
+        body,
+        (ops.convert_to_tensor(1, "int32"), tokens, done, cache),
         maximum_iterations=buffer_length - 2,
     )
     return (tokens, done) if with_completion else tokens
@@ -253,9 +252,7 @@ def beam_search(
     # that the first step does not pick the same token k times.
     alive_tokens = ops.full((batch, k, buffer_length), pad_token_id, dtype="int32")
     alive_tokens = ops.where(positions == 0, start_token_id, alive_tokens)
-    alive_scores = ops.tile(
-        ops.convert_to_tensor([[0.0] + [NEG_INF] * (k - 1)], "float32"), (batch, 1)
-    )
+    alive_scores = ops.tile(ops.convert_to_tensor([[0.0] + [NEG_INF] * (k - 1)], "float32"), (batch, 1))
     finished_tokens = alive_tokens
     finished_scores = ops.full((batch, k), NEG_INF, dtype="float32")
     cache = expand_cache(cache, k)

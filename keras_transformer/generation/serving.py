@@ -30,6 +30,10 @@ Signatures:
 - `translate_with_options(inputs, alpha, greedy)`: the same beam size, with
   the length penalty exponent as an input, or greedy search.
 
+A multilingual model (target-language tokens such as `>>deu<<`) is exported
+with its target language (`target_language=`, or the tokenizer's own): its
+token starts every input that has none.
+
 The graph differs from `Transformer.translate` in one way: a source longer
 than the model takes (`model.max_source_tokens`) is truncated, as
 `translate(too_long="truncate")` does, since sentence splitting is Python.
@@ -46,9 +50,11 @@ from pathlib import Path
 
 import keras
 
+from keras_transformer.generation.decoding import search_step
+from keras_transformer.generation.settings import SearchSettings
+from keras_transformer.generation.translation import language_tag_ids, with_target_language
 from keras_transformer.utils.files import fsync_directory
-from keras_transformer.generation.decoding import check_search_arguments, search_step
-from keras_transformer.models.transformer import PAPER_BEAM_SIZE
+from keras_transformer.utils.language_tags import LANGUAGE_TAG, language_tag
 
 OUTPUT_KEY = "outputs"
 SOURCE_BUCKET = 16  # source lengths are padded to a multiple of this, as in `translate`
@@ -58,10 +64,12 @@ def export_saved_model(
     model,
     directory: str | os.PathLike,
     *,
-    beam_size: int = PAPER_BEAM_SIZE,
-    alpha: float = 0.6,
-    max_extra_length: int = 50,
+    search: SearchSettings | None = None,
+    beam_size: int | str = "auto",
+    alpha: float | None = None,
+    max_extra_length: int | None = None,
     overwrite: bool = False,
+    target_language: str | None = None,
 ) -> Path:
     """Writes `model` as a SavedModel that translates strings in its graph.
 
@@ -74,17 +82,22 @@ def export_saved_model(
             (a native preset or a Marian / Opus-MT model).
         directory: the folder to create; it must not exist, or be empty,
             unless `overwrite`.
-        beam_size: beams per sentence of `serving_default` (the paper's 4).
-        alpha: the default length penalty exponent (the paper's 0.6).
-        max_extra_length: at most source length + this many output tokens.
+        search: the search of `serving_default` and the default of
+            `translate_with_options` (whose greedy input needs no beam
+            size); by default section 6.1's, `SearchSettings()`.
+        beam_size, alpha, max_extra_length: instead of `search`'s (`"auto"`
+            and `None` keep it), as in `Transformer.generate`.
         overwrite: replace an existing, non-empty `directory`.
+        target_language: for a multilingual model, the language to
+            translate into (e.g. `"deu"`), as in `Transformer.translate`.
 
     Returns:
         The SavedModel folder.
 
     Raises:
         RuntimeError: Keras runs on another backend than TensorFlow.
-        ValueError: the model has no preprocessor, or a bad search argument.
+        ValueError: the model has no preprocessor, a bad search argument,
+            or a multilingual model without a known target language.
         FileExistsError: `directory` holds files and `overwrite` is False.
     """
     if keras.config.backend() != "tensorflow":
@@ -95,9 +108,13 @@ def export_saved_model(
         )
     if model.preprocessor is None:
         raise ValueError("The model has no preprocessor (tokenizer); a SavedModel that takes strings needs one.")
-    check_search_arguments(beam_size, alpha, max_extra_length)
-    if beam_size is None:
+    settings = (search or SearchSettings()).overridden(
+        beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length
+    )
+    if settings.beam_size is None:
         raise ValueError("beam_size must be a positive integer; greedy search is an input of the exported model.")
+    # Checks the language (or its absence) as `translate` does, before any work.
+    with_target_language(model.preprocessor.tokenizer, [""], target_language)
 
     target = Path(directory).resolve()
     if target.exists() and not target.is_dir():
@@ -109,7 +126,8 @@ def export_saved_model(
         shutil.rmtree(stale, ignore_errors=True)  # left by a killed export
     temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     try:
-        _archive(model, beam_size, float(alpha), max_extra_length).write_out(str(temporary), verbose=False)
+        archive = _archive(model, settings, target_language)
+        archive.write_out(str(temporary), verbose=False)
         _replace(temporary, target)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
@@ -131,7 +149,7 @@ def _replace(new: Path, target: Path) -> None:
         shutil.rmtree(previous)
 
 
-def _archive(model, beam_size: int, alpha: float, max_extra_length: int):
+def _archive(model, settings: SearchSettings, target_language: str | None = None):
     """A `keras.export.ExportArchive` holding the model and its two signatures."""
     import tensorflow as tf
 
@@ -142,10 +160,14 @@ def _archive(model, beam_size: int, alpha: float, max_extra_length: int):
     backbone = model.backbone
     room = model.max_source_tokens
     special_ids = [backbone.pad_token_id, backbone.start_token_id, backbone.end_token_id]
+    tag_ids = language_tag_ids(tokenizer)
 
     def pack(texts):
         """Token ids and mask, padded to a multiple of SOURCE_BUCKET as
         `TransformerPreprocessor.pack_sources` pads them."""
+        if target_language is not None:
+            untagged = tf.logical_not(tf.strings.regex_full_match(texts, LANGUAGE_TAG + ".*"))
+            texts = tf.where(untagged, language_tag(target_language) + " " + texts, texts)
         token_ids = tokenizer(texts)[:, :room]
         # The packer pads to its fixed length; the bucket keeps the graph's
         # work in proportion to the longest sentence of the batch.
@@ -155,18 +177,23 @@ def _archive(model, beam_size: int, alpha: float, max_extra_length: int):
         longest = tf.maximum(tf.reduce_max(token_ids.row_lengths()), 0) + 2
         length = tf.cast(-(-longest // SOURCE_BUCKET) * SOURCE_BUCKET, "int32")
         length = tf.minimum(length, room + 2)
-        return ids[:, :length], tf.cast(mask[:, :length], "int32"), token_ids.row_lengths()
+        lengths = token_ids.row_lengths()
+        if tag_ids:
+            # A language token alone is no text (`translate`).
+            first = token_ids[:, :1].to_tensor(default_value=-1)[:, 0]
+            lengths -= tf.cast(tf.reduce_any(first[:, None] == tf.constant(tag_ids, first.dtype), axis=-1), "int64")
+        return ids[:, :length], tf.cast(mask[:, :length], "int32"), lengths
 
     def translate(texts, beam, alpha_value):
         ids, mask, lengths = pack(texts)
         batch = tf.shape(ids)[0]
-        buffer = tf.zeros((batch, tf.shape(ids)[1] + max_extra_length), "int32")
+        buffer = tf.zeros((batch, tf.shape(ids)[1] + settings.max_extra_length), "int32")
         outputs = search_step(
             backbone,
             {"encoder_token_ids": ids, "encoder_padding_mask": mask, "decoder_token_ids": buffer},
             beam_size=beam,
             alpha=alpha_value,
-            max_extra_length=max_extra_length,
+            max_extra_length=settings.max_extra_length,
         )
         tokens = outputs["decoder_token_ids"]
         keep = tf.reduce_all(tokens[:, :, None] != tf.constant(special_ids, "int32"), axis=-1)
@@ -175,14 +202,14 @@ def _archive(model, beam_size: int, alpha: float, max_extra_length: int):
         return tf.where(lengths > 0, texts_out, "")
 
     def serving_default(inputs):
-        return {OUTPUT_KEY: translate(inputs, beam_size, alpha)}
+        return {OUTPUT_KEY: translate(inputs, settings.beam_size, settings.alpha)}
 
     def translate_with_options(inputs, alpha, greedy):
         return {
             OUTPUT_KEY: tf.cond(
                 greedy,
                 lambda: translate(inputs, None, 0.0),
-                lambda: translate(inputs, beam_size, alpha),
+                lambda: translate(inputs, settings.beam_size, alpha),
             )
         }
 

@@ -5,7 +5,8 @@ input, cuts texts longer than the model takes (by sentences, then at word
 starts) or truncates or refuses them as asked, sorts the pieces by length,
 decodes them `batch_size` at a time with the model's `generate` (every
 batch of a call the same size, so that they share compiled searches), and puts
-the translations back together in the order given.
+the translations back together in the order given. A multilingual model's
+target-language token (`>>deu<<`) starts every piece of a text.
 """
 
 import warnings
@@ -13,6 +14,8 @@ import warnings
 import keras
 
 from keras_transformer.generation.sentences import split_sentences
+from keras_transformer.generation.settings import SearchSettings
+from keras_transformer.utils.language_tags import split_language_tag
 
 TOO_LONG_POLICIES = ("split", "truncate", "error")
 PROGRESS_MIN_BATCHES = 3  # a progress bar beyond this many batches
@@ -23,12 +26,11 @@ def translate_texts(
     model,
     texts,
     *,
-    beam_size: int | None,
-    alpha: float,
-    max_extra_length: int,
+    search: SearchSettings,
     batch_size: int,
     too_long: str,
     verbose: int | str,
+    target_language: str | None = None,
 ) -> list[str] | str:
     """See `Transformer.translate`; `model` is a `Transformer`."""
     if too_long not in TOO_LONG_POLICIES:
@@ -46,6 +48,7 @@ def translate_texts(
             "preprocessor's encoder_sequence_length or the backbone's max_sequence_length."
         )
     tokenizer = model.preprocessor.tokenizer
+    texts = with_target_language(tokenizer, texts, target_language)
     token_ids = tokenize(tokenizer, texts) if texts else []
     segments = _segments(tokenizer, texts, token_ids, room, too_long)
 
@@ -63,12 +66,7 @@ def translate_texts(
             # longest source: a batch size of its own would compile a new
             # search (seconds), which costs more than decoding the copies.
             sources += sources[-1:] * (batch_size - len(sources))
-        translations = model.generate(
-            model.preprocessor.pack_sources(sources),
-            beam_size=beam_size,
-            alpha=alpha,
-            max_extra_length=max_extra_length,
-        )
+        translations = model.generate(model.preprocessor.pack_sources(sources), search=search)
         for s, text in zip(batch, translations):
             outputs[s] = text
         progress.add(len(batch))
@@ -97,16 +95,42 @@ def _segments(tokenizer, texts, token_ids, room, too_long) -> list[tuple[int, li
             "translates them whole.",
             stacklevel=4,
         )
+    tags = set(language_tag_ids(tokenizer))
     segments = []
     for index, ids in enumerate(token_ids):
-        if len(ids) <= room:
-            parts = [ids] if ids else []
+        # A text's language token starts each of its parts; alone, it is no text.
+        tag = ids[:1] if ids and ids[0] in tags else []
+        body, space = ids[len(tag) :], room - len(tag)
+        if len(body) <= space:
+            parts = [body] if body else []
         elif too_long == "truncate":
-            parts = [ids[:room]]
+            parts = [body[:space]]
         else:
-            parts = split_for_translation(tokenizer, texts[index], room)
-        segments.extend((index, part) for part in parts)
+            parts = split_for_translation(tokenizer, split_language_tag(texts[index])[1], space)
+        segments.extend((index, tag + part) for part in parts)
     return segments
+
+
+def with_target_language(tokenizer, texts: list[str], target_language: str | None) -> list[str]:
+    """`texts` with the token of `target_language` (or the tokenizer's own
+    default) before each text that has none, for a multilingual Marian
+    tokenizer (`MarianTokenizer.with_target_language`, which checks the
+    languages); other tokenizers take no language."""
+    add_language = getattr(tokenizer, "with_target_language", None)
+    if add_language is not None:
+        return add_language(texts, target_language)
+    if target_language is not None:
+        raise ValueError(
+            f"This model has no target-language tokens (got target_language={target_language!r}): "
+            "it translates into one language. Leave target_language out."
+        )
+    return list(texts)
+
+
+def language_tag_ids(tokenizer) -> list[int]:
+    """The ids of the tokenizer's target-language tokens (none for most)."""
+    ids = getattr(tokenizer, "language_tag_ids", None)
+    return ids() if ids is not None else []
 
 
 def tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
@@ -115,10 +139,13 @@ def tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
 
 
 def split_for_translation(tokenizer, text: str, room: int) -> list[list[int]]:
-    """Token ids of the sentences of `text`, too long ones cut to `room`."""
+    """Token ids of the sentences of `text`, too long ones cut to `room`
+    (without the language token a tokenizer may add to each)."""
     vocabulary = None
     parts = []
+    tags = set(language_tag_ids(tokenizer))
     for ids in tokenize(tokenizer, split_sentences(text)):
+        ids = ids[1:] if ids and ids[0] in tags else ids
         while len(ids) > room:
             vocabulary = vocabulary or tokenizer.get_vocabulary()
             cut = word_start_before(ids, room, vocabulary)
@@ -143,8 +170,7 @@ def check_texts(texts) -> list[str]:
     """`texts` as a list of str: bytes decoded, anything else named by index."""
     if texts is None or isinstance(texts, dict) or not hasattr(texts, "__iter__"):
         raise TypeError(
-            "translate() argument 'texts' must be a string or a list of strings; "
-            f"got {type(texts).__name__}."
+            f"translate() argument 'texts' must be a string or a list of strings; got {type(texts).__name__}."
         )
     checked = []
     for index, text in enumerate(texts):
@@ -157,10 +183,7 @@ def check_texts(texts) -> list[str]:
                     f"({error.reason} at byte {error.start})."
                 ) from None
         if not isinstance(text, str):
-            raise TypeError(
-                f"translate() argument 'texts' item {index} must be a string; "
-                f"got {type(text).__name__}."
-            )
+            raise TypeError(f"translate() argument 'texts' item {index} must be a string; got {type(text).__name__}.")
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as error:

@@ -4,8 +4,8 @@ import contextlib
 
 import keras
 
-from keras_transformer.utils import library_internals
 from keras_transformer.layers.threefry_dropout import ThreefryDropout
+from keras_transformer.utils import library_internals
 
 
 @contextlib.contextmanager
@@ -19,8 +19,8 @@ def attention_dropout_while_building(block: keras.layers.Layer, residual_dropout
     model dropped cross-attention weights teach the decoder to guess from its
     own prefix instead of reading the source. KerasHub has no argument for
     it, so the block builds with `dropout` set to the attention dropout (the
-    attention layers are then made with the rate they use, which also lets
-    Keras' flash attention be switched on), and its residual dropouts are
+    attention layers are then made with the rate `layers.attention` applies
+    to their weights), and its residual dropouts are
     made again with P_drop afterwards (as `ThreefryDropout`s).
     """
     residual_rate = block.dropout

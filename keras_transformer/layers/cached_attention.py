@@ -1,8 +1,9 @@
 """Multi-head attention over cached keys and values, one decoding step at a time.
 
-Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (equation 1, section 3.2.1),
-with the layer's own W^Q, W^K, W^V and W^O, where K and V of earlier
-positions come from a cache instead of being recomputed.
+Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (equation 1, section 3.2.1,
+computed by `attention.scaled_dot_product_attention` as in training), with
+the layer's own W^Q, W^K, W^V and W^O, where K and V of earlier positions
+come from a cache instead of being recomputed.
 
 KerasHub's `CachedMultiHeadAttention` does this with keys and values stacked
 in one `(batch, 2, length, heads, head_dim)` tensor that it slices apart and
@@ -14,19 +15,14 @@ attention itself. Here keys and values are separate tensors, values laid
 out `(batch, heads, length, head_dim)` and keys `(batch, heads, head_dim,
 length)`, each written in place at the step's position (`ops.slice_update`),
 and equation 1 is two batched matrix products, `Q K^T` on keys already
-transposed: XLA on this CPU took 3.6 times longer for it on keys laid out
-like the values (23 against 6.3 ms for a base beam-4 step's score products,
-`(32, 8, 4, 64) x (32, 8, 160, 64)`, 2 threads).
-Measured on this CPU (24 greedy steps of the tiny benchmark model, batch 32,
-one thread, TensorFlow with XLA, machine quiet): 0.073 s with a 25-token
-buffer and 0.14 s with a 257-token one, against 0.105 s and 0.64 s through
-KerasHub's layer (`benchmarks/README.md`, "Per-step cost").
+transposed (XLA on a CPU takes several times longer for it on keys laid out
+like the values). A step's cost now grows with the buffer about as the
+attention itself does (`python -m benchmarks.decoding_steps` measures it).
 """
-
-import math
 
 from keras import ops
 
+from keras_transformer.layers.attention import heads_first, keys_transposed, scaled_dot_product_attention
 from keras_transformer.utils import library_internals
 
 
@@ -35,17 +31,7 @@ def cache_keys_values(attention, sequence) -> tuple:
     and values `(batch, heads, length, head_dim)`: the cross-attention cache
     of an encoder output, computed once per sentence."""
     projections = library_internals.attention_projections(attention)
-    return _keys_layout(projections["key"](sequence)), _heads_first(projections["value"](sequence))
-
-
-def _heads_first(x):
-    """`(batch, length, heads, head_dim)` <-> `(batch, heads, length, head_dim)`."""
-    return ops.transpose(x, (0, 2, 1, 3))
-
-
-def _keys_layout(x):
-    """`(batch, length, heads, head_dim)` -> `(batch, heads, head_dim, length)`."""
-    return ops.transpose(x, (0, 2, 3, 1))
+    return keys_transposed(projections["key"](sequence)), heads_first(projections["value"](sequence))
 
 
 def empty_keys_values(sentences: int, length: int, num_heads: int, head_dim: int, dtype) -> tuple:
@@ -130,12 +116,8 @@ def attend_cached(attention, query_input, keys, values, mask, beams, update_inde
     query_input = ops.reshape(query_input, (ops.shape(keys)[0], beams, rows_shape[-1]))
     if update_index is not None:
         slot = update_index * beams
-        keys = ops.slice_update(keys, (0, 0, 0, slot), _keys_layout(projections["key"](query_input)))
-        values = ops.slice_update(values, (0, 0, slot, 0), _heads_first(projections["value"](query_input)))
-    query = _heads_first(projections["query"](query_input))
-    scores = ops.matmul(query, keys) / math.sqrt(ops.shape(query)[-1])
-    scores = ops.where(mask, ops.cast(scores, "float32"), -1e9)
-    weights = ops.cast(ops.softmax(scores, axis=-1), values.dtype)
-    mixed = ops.einsum("bnts,bnsh->bnth", weights, values)
-    output = projections["output"](_heads_first(mixed))
+        keys = ops.slice_update(keys, (0, 0, 0, slot), keys_transposed(projections["key"](query_input)))
+        values = ops.slice_update(values, (0, 0, slot, 0), heads_first(projections["value"](query_input)))
+    mixed, _ = scaled_dot_product_attention(heads_first(projections["query"](query_input)), keys, values, mask)
+    output = projections["output"](heads_first(mixed))
     return ops.reshape(output, rows_shape), keys, values

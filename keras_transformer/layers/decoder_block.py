@@ -4,9 +4,12 @@ import keras
 import keras_hub
 from keras import ops
 
-from keras_transformer.utils import library_internals
+from keras_transformer.layers.attention import causal_mask, key_padding_mask, multi_head_attention
 from keras_transformer.layers.attention_dropout import attention_dropout_while_building
 from keras_transformer.layers.cached_attention import attend_cached, cache_keys_values
+from keras_transformer.layers.residual import residual_sublayer
+from keras_transformer.training.recipe import TrainingRecipe
+from keras_transformer.utils import library_internals
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -29,9 +32,11 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
     output (`cross_attention_cache`, computed once per sentence): each step
     then costs one new position instead of the whole prefix.
 
-    KerasHub's `TransformerDecoder` implements these equations; this class
-    fixes the paper's defaults and adds `decode_step`, the same sublayers on
-    one position with this package's cached attention.
+    KerasHub's `TransformerDecoder` makes the sublayers and their weights;
+    `call` (training, teacher forcing) and `decode_step` (one position,
+    cached keys and values) compute the equations above with them through
+    the same `_sublayers`, and both compute attention with this package's
+    one `layers.attention.scaled_dot_product_attention`.
     `normalize_first=True` gives Pre-LN; `attention_dropout` (no dropout on
     attention weights in section 5.4) is 0 unless asked for; `activation` is
     the FFN's (ReLU in the paper).
@@ -49,7 +54,7 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
         self,
         intermediate_dim: int,
         num_heads: int,
-        dropout: float = 0.1,
+        dropout: float = TrainingRecipe.dropout,
         attention_dropout: float = 0.0,
         activation="relu",
         normalize_first: bool = False,
@@ -81,6 +86,48 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
     def attention_layers(self) -> list:
         """Self-attention, then cross-attention if built with an encoder."""
         return library_internals.attention_layers(self, library_internals.DECODER_ATTENTION_LAYERS)
+
+    def call(
+        self,
+        decoder_sequence,
+        encoder_sequence=None,
+        decoder_padding_mask=None,
+        encoder_padding_mask=None,
+        training=None,
+        return_cross_attention_scores=False,
+    ):
+        """The block on `decoder_sequence` `(batch, length, d_model)`, every
+        position at once (teacher forcing), attending to `encoder_sequence`.
+
+        Args:
+            decoder_padding_mask, encoder_padding_mask: `(batch, length)`,
+                0 at padding: no position attends to a padded one.
+            return_cross_attention_scores: also return the encoder-decoder
+                attention weights `(batch, heads, length, source_length)`.
+        """
+        layers = library_internals.block_sublayers(self)
+        if (encoder_sequence is None) != ("cross_attention" not in layers):
+            built = "with" if "cross_attention" in layers else "without"
+            raise ValueError(
+                f"This DecoderBlock was built {built} an encoder-decoder attention; call it "
+                f"{built} `encoder_sequence`, as when it was first called."
+            )
+        self_mask = causal_mask(ops.shape(decoder_sequence)[1])
+        if decoder_padding_mask is not None:
+            self_mask = ops.logical_and(self_mask, key_padding_mask(decoder_padding_mask))
+        cross_mask = None if encoder_padding_mask is None else key_padding_mask(encoder_padding_mask)
+        cross_weights = []
+
+        def self_attention(h):
+            return multi_head_attention(layers["self_attention"], h, h, self_mask, training)[0]
+
+        def cross_attention(h):
+            output, weights = multi_head_attention(layers["cross_attention"], h, encoder_sequence, cross_mask, training)
+            cross_weights.append(weights)
+            return output
+
+        x = self._sublayers(decoder_sequence, self_attention, cross_attention, layers, training)
+        return (x, cross_weights[0]) if return_cross_attention_scores else x
 
     def cross_attention_cache(self, encoder_output) -> tuple:
         """Keys and values of the encoder output for the cross-attention,
@@ -122,16 +169,32 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
         def cross_attention(h):
             return attend_cached(layers["cross_attention"], h, *cross_attention_cache, source_visible, beams)[0]
 
-        x = self._residual(x, layers["self_attention_norm"], self_attention)
-        x = self._residual(x, layers["cross_attention_norm"], cross_attention)
-        x = self._residual(x, layers["ffn_norm"], lambda h: layers["ffn_outer"](layers["ffn_inner"](h)))
+        x = self._sublayers(x, self_attention, cross_attention, layers)
         return x, (keys, values)
 
-    def _residual(self, x, norm, sublayer):
-        """Post-LN `LayerNorm(x + Sublayer(x))` (section 5.4), or Pre-LN."""
-        if self.normalize_first:
-            return x + sublayer(norm(x))
-        return norm(x + sublayer(x))
+    def _sublayers(self, x, self_attention, cross_attention, layers: dict, training=None):
+        """Section 3.1's three sublayers, given how to attend; their residual
+        dropouts apply only when `training`."""
+
+        def dropped(sublayer, dropout: str):
+            if not training:
+                return sublayer
+            return lambda h: layers[dropout](sublayer(h), training=training)
+
+        def feed_forward(h):
+            return layers["ffn_outer"](layers["ffn_inner"](h))
+
+        x = residual_sublayer(
+            x, dropped(self_attention, "self_attention_dropout"), layers["self_attention_norm"], self.normalize_first
+        )
+        if "cross_attention" in layers:
+            x = residual_sublayer(
+                x,
+                dropped(cross_attention, "cross_attention_dropout"),
+                layers["cross_attention_norm"],
+                self.normalize_first,
+            )
+        return residual_sublayer(x, dropped(feed_forward, "ffn_dropout"), layers["ffn_norm"], self.normalize_first)
 
     def get_config(self):
         config = super().get_config()

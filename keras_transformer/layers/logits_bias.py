@@ -28,9 +28,7 @@ class LogitsBias(keras.layers.Layer):
     def __init__(self, vocabulary_size: int, **kwargs):
         super().__init__(**kwargs)
         self.vocabulary_size = vocabulary_size
-        self.bias = self.add_weight(
-            shape=(vocabulary_size,), initializer="zeros", name="bias"
-        )
+        self.bias = self.add_weight(shape=(vocabulary_size,), initializer="zeros", name="bias")
         self.built = True
 
     def call(self, logits):

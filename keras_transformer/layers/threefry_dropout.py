@@ -2,12 +2,10 @@
 
 Keras draws dropout masks with TensorFlow's default generator (Philox) and
 with JAX's `jax.random` (Threefry written in JAX operations); XLA runs both
-slowly on a CPU, against its own Threefry generator. Measured here (2
-threads; 11.5 M numbers, a tiny model's masks for one training step): with
-XLA, TensorFlow's Philox 105 ms against Threefry 13 ms; with the machine
-busy, `jax.random.bernoulli` 356 ms against XLA's Threefry through
-`jax.lax.rng_bit_generator` 53 ms. A tiny-model training step on
-TensorFlow spent about 75 ms of its 150 ms forward pass on its masks.
+slowly on a CPU, several times slower than its own Threefry generator
+(`jax.lax.rng_bit_generator` on JAX); with Philox, a small model's
+training step on TensorFlow spent about half its forward pass drawing
+masks.
 
 TensorFlow's own kernels implement only Philox, so there Threefry can be
 asked for only where XLA compiles the step: `Transformer.train_step` says

@@ -6,28 +6,43 @@ Post-LN, with sinusoidal positions and scaled, tied embeddings, plus a few
 choices the backbone expresses with its own arguments: swish or ReLU in the
 FFN, sines and cosines concatenated, a final logits bias, LayerNorm epsilon
 1e-5, and their own special ids (`<pad>` = V - 1 starts the decoder, `</s>`
-ends every sequence). `Transformer.from_preset("hf://Helsinki-NLP/...")`
-comes here for any checkpoint whose `config.json` has a `model_type`.
+ends every sequence).
+
+Importing this package (as `import keras_transformer` does) registers
+`keras_hub_loader.MarianPresetLoader` with KerasHub for model type
+`"marian"`: `Transformer.from_preset("hf://Helsinki-NLP/...")`, and KerasHub's
+own `Seq2SeqLM.from_preset` and `Backbone.from_preset`, come here through
+KerasHub's choice of converter by `config.json`'s `model_type`.
 
 Modules, each one step: `config` (check and convert `config.json`), `hub`
 (fetch files, cache first), `weights` (read safetensors or `tf_model.h5`,
 never a pickle), `convert` (tensors into the backbone), `tokenizer` and
 `preprocessor` (Marian's two SentencePiece models and packing), `loader`
-(all of it together), `card` (the model card `keras-transformer convert`
-writes).
+(all of it together), `keras_hub_loader` (KerasHub's entry points), `card`
+(the model card `keras-transformer convert` writes). The way back out:
+`export_weights`, `export_tokenizer` and `export` write any model of this
+project as a Marian checkpoint in `transformers` format.
 """
 
-from keras_transformer.marian.config import MarianConfigError
+from keras_transformer.marian.config import MODEL_TYPE, MarianConfigError
+from keras_transformer.marian.export import MarianExportError, export_transformers
+from keras_transformer.marian.keras_hub_loader import MarianPresetLoader
 from keras_transformer.marian.loader import is_transformers_checkpoint, load_marian
 from keras_transformer.marian.preprocessor import MarianPreprocessor
 from keras_transformer.marian.tokenizer import MarianTokenizer
 from keras_transformer.marian.weights import PickleOnlyError
+from keras_transformer.utils.library_internals import register_transformers_loader
+
+register_transformers_loader(MODEL_TYPE, MarianPresetLoader)
 
 __all__ = [
     "MarianConfigError",
+    "MarianExportError",
+    "MarianPresetLoader",
     "MarianPreprocessor",
     "MarianTokenizer",
     "PickleOnlyError",
+    "export_transformers",
     "is_transformers_checkpoint",
     "load_marian",
 ]

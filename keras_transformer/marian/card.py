@@ -21,6 +21,15 @@ def source_license(files: CheckpointFiles) -> str | None:
     return match.group(1) if match else None
 
 
+def _vocabulary_row(backbone: TransformerBackbone) -> str:
+    if backbone.target_vocabulary_size is None:
+        return f"{backbone.vocabulary_size:,} pieces: source and target SentencePiece models, one vocab.json"
+    return (
+        f"{backbone.vocabulary_size:,} source and {backbone.target_vocabulary_size:,} target pieces: two "
+        "SentencePiece models, vocab.json and target_vocab.json (the output projection is tied to the target's)"
+    )
+
+
 def model_card(
     handle: str, name: str, backbone: TransformerBackbone, license_id: str | None, weights_dtype: str = "float32"
 ) -> str:
@@ -31,7 +40,7 @@ def model_card(
         ("layers (encoder + decoder)", f"{backbone.num_encoder_layers} + {backbone.num_decoder_layers}"),
         ("d_model, d_ff, heads", f"{backbone.hidden_dim}, {backbone.intermediate_dim}, {backbone.num_heads}"),
         ("FFN activation", f"{backbone.activation} (the paper: relu)"),
-        ("vocabulary", f"{backbone.vocabulary_size:,} pieces: source and target SentencePiece models, one vocab.json"),
+        ("vocabulary", _vocabulary_row(backbone)),
         ("sinusoids", "all sines, then all cosines (the paper interleaves them)"),
         ("output projection", "tied embeddings plus a learned logits bias (the paper: no bias)"),
         ("special tokens", "`</s>` ends every sequence; `<pad>` starts the decoder and is never generated"),

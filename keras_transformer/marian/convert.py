@@ -14,10 +14,12 @@ kernel. Marian's sublayer names map onto KerasHub's blocks one to one:
 | fc1, fc2                  | ffn_inner, ffn_outer                                 |
 | final_layer_norm          | ffn_norm                                             |
 
-The one embedding matrix serves encoder, decoder and output projection. The
-output projection is tied to it here explicitly, whatever the file says:
-some Opus-MT uploads had broken tied weights (a stale `lm_head.weight`) and
-were re-pushed; if the file's `lm_head.weight` differs, a warning says so.
+The one embedding matrix serves encoder, decoder and output projection (or,
+with separate vocabularies, the encoder's matrix the source and the
+decoder's the target and output projection). The output projection is tied
+to the (target) embedding here explicitly, whatever the file says: some
+Opus-MT uploads had broken tied weights (a stale `lm_head.weight`) and were
+re-pushed; if the file's `lm_head.weight` differs, a warning says so.
 """
 
 import re
@@ -25,8 +27,8 @@ import warnings
 
 import numpy as np
 
-from keras_transformer.utils.library_internals import attention_projections, block_sublayers
 from keras_transformer.models.transformer_backbone import TransformerBackbone
+from keras_transformer.utils.library_internals import attention_projections, block_sublayers
 
 # Where the shared matrix may be stored, best first: safetensors keeps one
 # name of a set of tied tensors, and which one depends on the version.
@@ -36,15 +38,21 @@ EMBEDDING_NAMES = (
     "model.decoder.embed_tokens.weight",
 )
 OUTPUT_PROJECTION = "lm_head.weight"
+# With separate vocabularies (`share_encoder_decoder_embeddings: false`).
+SOURCE_EMBEDDING, TARGET_EMBEDDING = EMBEDDING_NAMES[1:]
 LOGITS_BIAS = "final_logits_bias"
+# The config.json field that says the weights hold a logits bias. Opus-MT
+# configs say false although their bias was trained: only true is read.
+BIAS_FIELD = "add_bias_logits"
 _LAYER_NAME = re.compile(r"model\.(encoder|decoder)\.layers\.(\d+)\.")
-_ATTENTION = {"self_attn": "self_attention", "encoder_attn": "cross_attention"}
-_NORMS = {
+# Marian module names -> the block sublayers they map to (read by `export_weights` too).
+ATTENTION_SUBLAYERS = {"self_attn": "self_attention", "encoder_attn": "cross_attention"}
+NORM_SUBLAYERS = {
     "self_attn_layer_norm": "self_attention_norm",
     "encoder_attn_layer_norm": "cross_attention_norm",
     "final_layer_norm": "ffn_norm",
 }
-_PROJECTIONS = {"q_proj": "query", "k_proj": "key", "v_proj": "value"}
+PROJECTION_ROLES = {"q_proj": "query", "k_proj": "key", "v_proj": "value"}
 
 
 class WeightMismatchError(ValueError):
@@ -60,8 +68,10 @@ def _embedding(tensors: dict, repo: str) -> np.ndarray:
     raise WeightMismatchError(f"{repo} has no embedding matrix ({EMBEDDING_NAMES[0]}) in its weights.")
 
 
-def _check_tie(tensors: dict, embedding: np.ndarray, repo: str) -> None:
-    for name in (*EMBEDDING_NAMES, OUTPUT_PROJECTION):
+def _check_tie(
+    tensors: dict, embedding: np.ndarray, repo: str, names=(*EMBEDDING_NAMES, OUTPUT_PROJECTION), role="shared"
+) -> None:
+    for name in names:
         other = tensors.get(name)
         if other is None or other is embedding:
             continue
@@ -72,8 +82,8 @@ def _check_tie(tensors: dict, embedding: np.ndarray, repo: str) -> None:
                 else f"max difference {float(np.max(np.abs(other - embedding))):.3g}"
             )
             warnings.warn(
-                f"{repo}: {name} differs from the shared embedding matrix ({difference}). Marian "
-                "ties them; keras-transformer uses the shared matrix for the embeddings and the "
+                f"{repo}: {name} differs from the {role} embedding matrix ({difference}). Marian "
+                f"ties them; keras-transformer uses the {role} matrix for the embeddings and the "
                 "output projection, as the model was trained, and ignores the stale copy.",
                 stacklevel=4,
             )
@@ -86,9 +96,7 @@ def _assign(variable, value: np.ndarray, name: str, repo: str, split: int | None
     shape = tuple(variable.shape)
     expected = shape
     if split is not None:
-        expected = tuple(
-            int(np.prod(part)) for part in (shape[:split], shape[split:]) if part
-        )
+        expected = tuple(int(np.prod(part)) for part in (shape[:split], shape[split:]) if part)
     if tuple(value.shape) != expected:
         raise WeightMismatchError(
             f"{repo}: {name} has shape {tuple(value.shape)}, but config.json implies {expected}; "
@@ -105,7 +113,7 @@ def _take(tensors: dict, name: str, repo: str) -> np.ndarray:
 
 def _load_attention(layer, prefix: str, tensors: dict, repo: str) -> None:
     projections = attention_projections(layer)
-    for projection, role in _PROJECTIONS.items():
+    for projection, role in PROJECTION_ROLES.items():
         dense = projections[role]
         name = f"{prefix}.{projection}"
         _assign(dense.kernel, _take(tensors, f"{name}.weight", repo).T, f"{name}.weight", repo, split=1)
@@ -118,10 +126,10 @@ def _load_attention(layer, prefix: str, tensors: dict, repo: str) -> None:
 
 def _load_block(block, prefix: str, tensors: dict, repo: str) -> None:
     sublayers = block_sublayers(block)
-    for marian, role in _ATTENTION.items():
+    for marian, role in ATTENTION_SUBLAYERS.items():
         if role in sublayers:
             _load_attention(sublayers[role], f"{prefix}.{marian}", tensors, repo)
-    for marian, role in _NORMS.items():
+    for marian, role in NORM_SUBLAYERS.items():
         norm = sublayers.get(role)
         if norm is None:
             continue
@@ -132,7 +140,39 @@ def _load_block(block, prefix: str, tensors: dict, repo: str) -> None:
         _assign(dense.bias, _take(tensors, f"{prefix}.{marian}.bias", repo), f"{prefix}.{marian}.bias", repo)
 
 
-def load_marian_weights(backbone: TransformerBackbone, tensors: dict, repo: str) -> None:
+def _logits_bias(tensors: dict, vocabulary_size: int, repo: str, config: dict | None) -> np.ndarray:
+    """`final_logits_bias` (stored `[1, V]`), or zeros with a warning when the
+    weights lack it. `transformers` fills zeros silently; for a model trained
+    with a bias, zeros change the translations unannounced."""
+    if LOGITS_BIAS in tensors:
+        return tensors[LOGITS_BIAS]
+    if config is not None and config.get(BIAS_FIELD) is True:
+        raise WeightMismatchError(
+            f"{repo}: config.json has {BIAS_FIELD} = True, but the weights have no {LOGITS_BIAS}; "
+            "the weights and the config do not belong together."
+        )
+    warnings.warn(
+        f"{repo}: the weights have no {LOGITS_BIAS}, so the logits bias is all zeros (as in "
+        "transformers). If the model was trained with a bias, its translations differ from the "
+        "original's: load a checkpoint that stores it.",
+        stacklevel=5,
+    )
+    return np.zeros((1, vocabulary_size), "float32")
+
+
+def _load_separate_embeddings(backbone: TransformerBackbone, tensors: dict, repo: str) -> None:
+    """The encoder's matrix for the source, the decoder's for the target and,
+    tied, the output projection."""
+    source = _take(tensors, SOURCE_EMBEDDING, repo)
+    target = tensors.get(TARGET_EMBEDDING, tensors.get(OUTPUT_PROJECTION))
+    if target is None:
+        raise WeightMismatchError(f"{repo}: the weights have no {TARGET_EMBEDDING}, which config.json implies.")
+    _check_tie(tensors, target, repo, names=(OUTPUT_PROJECTION,), role="target")
+    _assign(backbone.token_embedding.embeddings, source, SOURCE_EMBEDDING, repo)
+    _assign(backbone.target_token_embedding.embeddings, target, TARGET_EMBEDDING, repo)
+
+
+def load_marian_weights(backbone: TransformerBackbone, tensors: dict, repo: str, config: dict | None = None) -> None:
     """Assigns a Marian checkpoint's tensors to every variable of `backbone`.
 
     Args:
@@ -140,17 +180,22 @@ def load_marian_weights(backbone: TransformerBackbone, tensors: dict, repo: str)
             (`keras_transformer.marian.config.backbone_arguments`).
         tensors: from `keras_transformer.marian.weights.read_weights`.
         repo: how to name the checkpoint in errors and warnings.
+        config: the checkpoint's `config.json`. A missing
+            `final_logits_bias` is an error where it says
+            `add_bias_logits: true`, else a warning (the bias is zeros).
 
     Raises:
         WeightMismatchError: a tensor is missing or has another shape than
             the config implies (e.g. a vocabulary of another size).
     """
-    embedding = _embedding(tensors, repo)
-    _check_tie(tensors, embedding, repo)
-    _assign(backbone.token_embedding.embeddings, embedding, EMBEDDING_NAMES[0], repo)
+    if backbone.target_token_embedding is None:
+        embedding = _embedding(tensors, repo)
+        _check_tie(tensors, embedding, repo)
+        _assign(backbone.token_embedding.embeddings, embedding, EMBEDDING_NAMES[0], repo)
+    else:
+        _load_separate_embeddings(backbone, tensors, repo)
     if backbone.logits_bias is not None:
-        # Stored [1, V]; absent in checkpoints whose bias was never trained.
-        bias = tensors.get(LOGITS_BIAS, np.zeros((1, backbone.vocabulary_size), "float32"))
+        bias = _logits_bias(tensors, backbone.decoder_token_embedding.input_dim, repo, config)
         _assign(backbone.logits_bias.bias, bias.reshape(-1), LOGITS_BIAS, repo)
     for stack, blocks in (("encoder", backbone.encoder_blocks), ("decoder", backbone.decoder_blocks)):
         for index, block in enumerate(blocks):

@@ -9,9 +9,8 @@ before anything large is downloaded.
 import json
 from pathlib import Path
 
-from keras_transformer.utils.library_internals import HF_PREFIX
-
 from keras_transformer.presets.resolution import HubUnreachableError, NotOnHubError
+from keras_transformer.utils.library_internals import HF_PREFIX
 
 CONFIG_FILE = "config.json"
 
@@ -86,13 +85,13 @@ class CheckpointFiles:
         except LocalEntryNotFoundError as error:
             raise HubUnreachableError(
                 f"Could not load {self.name}: its {name} is not in the local cache and the Hugging "
-                "Face Hub could not be reached. Download it while online (it is then cached), or "
-                "load a local folder."
+                "Face Hub could not be reached. Run the same call once while online: the files are "
+                "then cached and load offline. Or load a local folder written by transformers' "
+                "save_pretrained (model and tokenizer)."
             ) from error
         except (RepositoryNotFoundError, RevisionNotFoundError) as error:
             raise NotOnHubError(
-                f"The Hugging Face Hub has no repository {self.name} (or it is private: log in "
-                "with `hf auth login`)."
+                f"The Hugging Face Hub has no repository {self.name} (or it is private: log in with `hf auth login`)."
             ) from error
         except EntryNotFoundError:
             return None

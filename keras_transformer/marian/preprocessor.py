@@ -3,9 +3,9 @@
 import keras
 from keras_hub.layers import StartEndPacker
 
-from keras_transformer.utils.library_internals import preprocessing_function
 from keras_transformer.marian.tokenizer import MarianTokenizer
 from keras_transformer.models.transformer_preprocessor import TransformerPreprocessor
+from keras_transformer.utils.library_internals import preprocessing_function
 from keras_transformer.utils.text_libraries import tf
 
 
@@ -17,9 +17,11 @@ class MarianPreprocessor(TransformerPreprocessor):
     start token, and the decoder starts from `<pad>` (its decoder start
     token, whose embedding is zero): source `ids </s>`, decoder input
     `<pad> ids`, labels `ids </s>`. The source is segmented with
-    `source.spm`, the target with `target.spm`. Padding masks come from the
+    `source.spm`, the target with `target.spm` (each side with its own
+    vocabulary's ids, if the model has two). Padding masks come from the
     packing, not from the token values, since the decoder start is the
-    padding id.
+    padding id. A multilingual model's target-language token is the
+    tokenizer's (`MarianTokenizer(target_language=...)`).
 
     Args:
         tokenizer: a `MarianTokenizer`.
@@ -35,8 +37,8 @@ class MarianPreprocessor(TransformerPreprocessor):
         tokenizer = self.tokenizer
         self.encoder_packer = StartEndPacker(
             start_value=None,
-            end_value=tokenizer.end_token_id,
-            pad_value=tokenizer.pad_token_id,
+            end_value=tokenizer.source_end_token_id,
+            pad_value=tokenizer.source_pad_token_id,
             sequence_length=self.encoder_sequence_length,
             return_padding_mask=True,
         )
@@ -50,8 +52,16 @@ class MarianPreprocessor(TransformerPreprocessor):
         self.built = True
 
     @preprocessing_function
-    def call(self, x, y=None, sample_weight=None, *, encoder_sequence_length=None,
-             decoder_sequence_length=None, sequence_length=None):
+    def call(
+        self,
+        x,
+        y=None,
+        sample_weight=None,
+        *,
+        encoder_sequence_length=None,
+        decoder_sequence_length=None,
+        sequence_length=None,
+    ):
         encoder_length = encoder_sequence_length or self.encoder_sequence_length
         decoder_length = decoder_sequence_length or sequence_length or self.decoder_sequence_length
         source = self.tokenizer(_batch(x["encoder_text"]))
@@ -71,8 +81,9 @@ class MarianPreprocessor(TransformerPreprocessor):
         return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
 
     @preprocessing_function
-    def generate_preprocess(self, x, *, encoder_sequence_length=None,
-                            decoder_sequence_length=None, sequence_length=None):
+    def generate_preprocess(
+        self, x, *, encoder_sequence_length=None, decoder_sequence_length=None, sequence_length=None
+    ):
         if not self.built:
             self.build(None)
         encoder_text = x["encoder_text"] if isinstance(x, dict) else x
@@ -85,9 +96,7 @@ class MarianPreprocessor(TransformerPreprocessor):
             target = self.tokenizer.tokenize_target(_batch(x["decoder_text"]))
         else:
             # No target prefix: the decoder input is the start token alone.
-            target = tf.RaggedTensor.from_row_lengths(
-                tf.zeros([0], source.dtype), tf.zeros_like(source.row_lengths())
-            )
+            target = tf.RaggedTensor.from_row_lengths(tf.zeros([0], source.dtype), tf.zeros_like(source.row_lengths()))
         decoder_token_ids, decoder_padding_mask = self.decoder_packer(
             target, sequence_length=decoder_length, add_end_value=False
         )

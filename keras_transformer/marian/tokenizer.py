@@ -3,10 +3,17 @@
 An Opus-MT repo holds `source.spm` (segments the source language),
 `target.spm` (segments the target language and joins outputs back into
 text) and `vocab.json`, one map from piece strings to the model's ids
-shared by both languages. The SentencePiece models' own ids are never used:
-every piece is looked up in `vocab.json`, and a piece it lacks becomes
-`<unk>`. A leading language tag such as `>>fra<<` (multilingual models) is
-one token, kept out of SentencePiece.
+shared by both languages, or (checkpoints with separate vocabularies)
+`vocab.json` for the source and `target_vocab.json` for the target. The
+SentencePiece models' own ids are never used: every piece is looked up in
+the vocabulary, and a piece it lacks becomes `<unk>`.
+
+Multilingual models read the target language from a token at the start of
+the source, such as `>>deu<<`: a leading `>>...<<` is one token, kept out of
+SentencePiece, as `transformers`' `MarianTokenizer` does. The model's
+languages are the `>>xxx<<` pieces of its (source) vocabulary;
+`target_language` makes the tokenizer add that token to every source
+without one.
 
 Everything runs as TensorFlow ops (tf_text's SentencePiece op and a
 `tf.lookup.StaticHashTable`), so the tokenizer works in `tf.data` and in an
@@ -20,19 +27,19 @@ from pathlib import Path
 import keras
 import keras_hub
 
+from keras_transformer.models.transformer_backbone import TransformerBackbone
+from keras_transformer.utils.language_tags import LANGUAGE_TAG, is_language_tag, language_tag, split_language_tag
 from keras_transformer.utils.library_internals import (
     add_special_token,
     convert_to_ragged_batch,
     preprocessing_function,
     update_special_token_ids,
 )
-from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.utils.text_libraries import require_text_libraries, tf, tf_text
 
 SOURCE_SPM, TARGET_SPM, VOCABULARY_JSON = "source.spm", "target.spm", "vocab.json"
+TARGET_VOCABULARY_JSON = "target_vocab.json"
 WORD_START = "\u2581"  # SentencePiece's "▁"
-# transformers' MarianTokenizer.remove_language_code: ">>" up to the first "<<".
-LANGUAGE_TAG = r"^>>.*?<<"
 
 
 def _read_bytes(value) -> bytes | None:
@@ -45,6 +52,25 @@ def _read_vocabulary(value) -> dict | None:
     if value is None or isinstance(value, dict):
         return value
     return json.loads(Path(value).read_text(encoding="utf-8"))
+
+
+def _pieces_in_order(vocabulary: dict, name: str) -> list[str]:
+    """The pieces of a vocabulary by id; it must number them 0 to V - 1."""
+    size = len(vocabulary)
+    if sorted(vocabulary.values()) != list(range(size)):
+        raise ValueError(f"{name} must number its {size} pieces 0 to {size - 1}, each once.")
+    pieces = [None] * size
+    for piece, index in vocabulary.items():
+        pieces[index] = piece
+    return pieces
+
+
+def _lookup_table(pieces: list[str], default_id: int):
+    """A TF table from piece to id (`default_id` for pieces it lacks)."""
+    return tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(tf.constant(pieces), tf.range(len(pieces), dtype=tf.int32)),
+        default_value=default_id,
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -60,13 +86,26 @@ class MarianTokenizer(keras_hub.tokenizers.Tokenizer):
 
     Special tokens come from the model's config: `end_token` is `</s>`,
     `pad_token` is `<pad>` (the last id), and `start_token`, the decoder's
-    first input, is `<pad>` too in every Opus-MT model.
+    first input, is `<pad>` too in every Opus-MT model. Their ids
+    (`end_token_id`, ...) are target ids, which decoding uses;
+    `source_end_token_id` and `source_pad_token_id` pack sources.
+    `get_vocabulary`, `token_to_id` and `id_to_token` describe the source
+    vocabulary, which `tokenize` maps to (as `transformers`' `get_vocab`).
 
     Args:
         source_proto: `source.spm` (bytes or a path).
         target_proto: `target.spm` (bytes or a path).
         vocabulary: `vocab.json` (a dict piece -> id, or a path).
         start_token, end_token, pad_token, unk_token: their pieces.
+        target_vocabulary: `target_vocab.json` of a checkpoint with separate
+            vocabularies (a dict or a path); `None` when `vocabulary` serves
+            both sides.
+        target_language: a language of a multilingual model (`"deu"` or
+            `">>deu<<"`), whose token `tokenize` puts before every source
+            that has none; `None` adds nothing.
+        separate_vocabularies: whether the target has its own vocabulary
+            (implied by `target_vocabulary`; saved configs say it, since
+            the vocabularies are saved as assets).
 
     Example:
     >>> tokenizer = MarianTokenizer("source.spm", "target.spm", "vocab.json")  # doctest: +SKIP
@@ -85,46 +124,69 @@ class MarianTokenizer(keras_hub.tokenizers.Tokenizer):
         end_token: str = "</s>",
         pad_token: str = "<pad>",
         unk_token: str = "<unk>",
+        target_vocabulary=None,
+        target_language: str | None = None,
+        separate_vocabularies: bool = False,
         **kwargs,
     ):
         require_text_libraries(type(self).__name__)
         super().__init__(**kwargs)
+        self.separate_vocabularies = separate_vocabularies or target_vocabulary is not None
         self.file_assets = [SOURCE_SPM, TARGET_SPM, VOCABULARY_JSON]
+        if self.separate_vocabularies:
+            self.file_assets.append(TARGET_VOCABULARY_JSON)
+        self.target_language = target_language
         add_special_token(self, start_token, "start_token")
         add_special_token(self, end_token, "end_token")
         add_special_token(self, pad_token, "pad_token")
         add_special_token(self, unk_token, "unk_token")
-        self.set_vocabulary(source_proto, target_proto, vocabulary)
+        self.set_vocabulary(source_proto, target_proto, vocabulary, target_vocabulary)
 
-    def set_vocabulary(self, source_proto, target_proto, vocabulary) -> None:
-        """Sets (or replaces) both SentencePiece models and the shared vocabulary."""
+    def set_vocabulary(self, source_proto, target_proto, vocabulary, target_vocabulary=None) -> None:
+        """Sets (or replaces) both SentencePiece models and the vocabulary
+        (`vocabulary` for the source, `target_vocabulary` for the target if
+        the model has separate ones)."""
         self.source_proto = _read_bytes(source_proto)
         self.target_proto = _read_bytes(target_proto)
         vocabulary = _read_vocabulary(vocabulary)
+        target_vocabulary = _read_vocabulary(target_vocabulary)
         if vocabulary is None:
-            self.vocabulary = None
+            self.vocabulary = self.target_vocabulary = None
             return
-        size = len(vocabulary)
-        if sorted(vocabulary.values()) != list(range(size)):
-            raise ValueError(f"vocab.json must number its {size} pieces 0 to {size - 1}, each once.")
+        if self.separate_vocabularies and target_vocabulary is None:
+            raise ValueError(f"This tokenizer has separate vocabularies: pass {TARGET_VOCABULARY_JSON} too.")
         self.vocabulary = dict(vocabulary)
-        self._pieces = [None] * size
-        for piece, index in vocabulary.items():
-            self._pieces[index] = piece
-        update_special_token_ids(self)
+        self.target_vocabulary = None if target_vocabulary is None else dict(target_vocabulary)
+        self._pieces = _pieces_in_order(self.vocabulary, VOCABULARY_JSON)
+        self._target_pieces = (
+            self._pieces if target_vocabulary is None else _pieces_in_order(target_vocabulary, TARGET_VOCABULARY_JSON)
+        )
+        update_special_token_ids(self)  # checks the special pieces against the source vocabulary
+        if self.target_vocabulary is not None:
+            # Decoding starts, stops and pads with target ids.
+            for name in ("start_token", "end_token", "pad_token", "unk_token"):
+                piece = getattr(self, name)
+                if piece not in self.target_vocabulary:
+                    raise ValueError(f"{TARGET_VOCABULARY_JSON} has no {name} {piece!r}.")
+                setattr(self, f"{name}_id", self.target_vocabulary[piece])
+        self.source_end_token_id = self.vocabulary[self.end_token]
+        self.source_pad_token_id = self.vocabulary[self.pad_token]
+        self.source_unk_token_id = self.vocabulary[self.unk_token]
+        if self.target_language is not None:
+            self.check_target_language(self.target_language)
         self._build_tf_resources()
 
     def _build_tf_resources(self) -> None:
         with tf.init_scope():
             self._source_sp = tf_text.SentencepieceTokenizer(self.source_proto, out_type=tf.string)
             self._target_sp = tf_text.SentencepieceTokenizer(self.target_proto, out_type=tf.string)
-            self._piece_to_id = tf.lookup.StaticHashTable(
-                tf.lookup.KeyValueTensorInitializer(
-                    tf.constant(self._pieces), tf.range(len(self._pieces), dtype=tf.int32)
-                ),
-                default_value=self.unk_token_id,
+            self._piece_to_id = _lookup_table(self._pieces, self.source_unk_token_id)
+            self._target_piece_to_id = (
+                self._piece_to_id
+                if self.target_vocabulary is None
+                else _lookup_table(self._target_pieces, self.unk_token_id)
             )
-            self._id_to_piece = tf.constant(self._pieces)
+            self._id_to_piece = tf.constant(self._target_pieces)
             special = sorted({self.start_token_id, self.end_token_id, self.pad_token_id, self.unk_token_id})
             self._special_ids = tf.constant(special, tf.int32)
 
@@ -141,8 +203,7 @@ class MarianTokenizer(keras_hub.tokenizers.Tokenizer):
     def _check_vocabulary(self) -> None:
         if self.vocabulary is None:
             raise ValueError(
-                "No vocabulary has been set for MarianTokenizer: pass source_proto, target_proto "
-                "and vocabulary."
+                "No vocabulary has been set for MarianTokenizer: pass source_proto, target_proto and vocabulary."
             )
 
     def tf_resources(self) -> list:
@@ -150,7 +211,8 @@ class MarianTokenizer(keras_hub.tokenizers.Tokenizer):
         vocabulary's lookup table): a SavedModel that tokenizes in its graph
         must track them to save them."""
         self._check_vocabulary()
-        return [self._source_sp, self._target_sp, self._piece_to_id]
+        tables = [self._piece_to_id] + ([] if self.target_vocabulary is None else [self._target_piece_to_id])
+        return [self._source_sp, self._target_sp, *tables]
 
     # --- Vocabulary -----------------------------------------------------
 
@@ -172,33 +234,107 @@ class MarianTokenizer(keras_hub.tokenizers.Tokenizer):
         self._check_vocabulary()
         return self.vocabulary.get(token, self.vocabulary[self.unk_token])
 
+    # --- Target languages -------------------------------------------------
+
+    def target_languages(self) -> list[str]:
+        """The languages of a multilingual model, from the `>>xxx<<` pieces
+        of its vocabulary (`["deu", "eng", ...]`); `[]` for a model of one
+        target language."""
+        self._check_vocabulary()
+        return sorted(piece[2:-2] for piece in self.vocabulary if is_language_tag(piece))
+
+    def language_tag_ids(self) -> list[int]:
+        """The source ids of the target-language tokens."""
+        self._check_vocabulary()
+        return sorted(index for piece, index in self.vocabulary.items() if is_language_tag(piece))
+
+    def check_target_language(self, language: str) -> str:
+        """The token of `language` (`"deu"` or `">>deu<<"`), if this model has it.
+
+        Raises:
+            ValueError: the model has no such language; the message lists
+                the ones it has.
+        """
+        languages = self.target_languages()
+        tag = language_tag(language)
+        if tag not in self.vocabulary or not is_language_tag(tag):
+            if not languages:
+                raise ValueError(
+                    f"This model translates into one language and has no target-language tokens; "
+                    f"got target_language={language!r}. Leave target_language out."
+                )
+            raise ValueError(
+                f"This model has no target language {language!r}; its languages are: {', '.join(languages)}."
+            )
+        return tag
+
+    def set_target_language(self, language: str | None) -> None:
+        """Sets the language whose token `tokenize` adds (`None`: none),
+        checked against the model's languages."""
+        if language is not None:
+            self.check_target_language(language)
+        self.target_language = language
+
+    def with_target_language(self, texts: list[str], language: str | None = None) -> list[str]:
+        """`texts` with the token of `language` (by default the tokenizer's
+        `target_language`) before each text that has none, every language
+        checked.
+
+        Raises:
+            ValueError: an unknown language, or (for a multilingual model)
+                none at all; the message lists the model's languages.
+        """
+        language = language if language is not None else self.target_language
+        tag = None if language is None else self.check_target_language(language)
+        if tag is None and not self.target_languages():
+            return list(texts)
+        tagged = []
+        for text in texts:
+            own, _ = split_language_tag(text)
+            if own is not None:
+                self.check_target_language(own)
+                tagged.append(text)
+            elif tag is None:
+                raise ValueError(
+                    "This model translates into several languages: pass target_language, one of "
+                    f"{', '.join(self.target_languages())} (or start each text with its token, "
+                    "e.g. '>>deu<< ')."
+                )
+            else:
+                tagged.append(f"{tag} {text}")
+        return tagged
+
     # --- Tokenizing -----------------------------------------------------
 
-    def _tokenize_with(self, model, inputs):
+    def _tokenize_with(self, model, table, inputs, default_language=None):
         self._check_vocabulary()
         self._restore_tf_resources()
         inputs = tf.convert_to_tensor(inputs)
         unbatched = inputs.shape.rank == 0
         if unbatched:
             inputs = inputs[tf.newaxis]
-        tagged = tf.strings.regex_full_match(inputs, "(?s)" + LANGUAGE_TAG + ".*")
+        tagged = tf.strings.regex_full_match(inputs, LANGUAGE_TAG + ".*")
+        if default_language is not None:
+            inputs = tf.where(tagged, inputs, language_tag(default_language) + " " + inputs)
+            tagged = tf.ones_like(tagged)
         tags = tf.strings.regex_replace(inputs, "(?s)(" + LANGUAGE_TAG + ").*", r"\1")
         text = tf.strings.regex_replace(inputs, LANGUAGE_TAG, "", replace_global=False)
         pieces = model.tokenize(tf.where(tagged, text, inputs))
         tag_pieces = tf.ragged.boolean_mask(tags[:, tf.newaxis], tagged[:, tf.newaxis])
         pieces = tf.concat([tag_pieces, pieces], axis=1)
-        ids = tf.ragged.map_flat_values(self._piece_to_id.lookup, pieces)
+        ids = tf.ragged.map_flat_values(table.lookup, pieces)
         return ids[0] if unbatched else ids
 
     @preprocessing_function
     def tokenize(self, inputs):
-        """Source text to token ids (no end token), with `source.spm`."""
-        return self._tokenize_with(self._source_sp, inputs)
+        """Source text to token ids (no end token), with `source.spm`; the
+        `target_language` token first where a text has no language token."""
+        return self._tokenize_with(self._source_sp, self._piece_to_id, inputs, self.target_language)
 
     @preprocessing_function
     def tokenize_target(self, inputs):
         """Target text to token ids (no end token), with `target.spm`."""
-        return self._tokenize_with(self._target_sp, inputs)
+        return self._tokenize_with(self._target_sp, self._target_piece_to_id, inputs)
 
     @preprocessing_function
     def detokenize(self, inputs):
@@ -220,9 +356,10 @@ class MarianTokenizer(keras_hub.tokenizers.Tokenizer):
     def save_assets(self, dir_path: str) -> None:
         Path(dir_path, SOURCE_SPM).write_bytes(self.source_proto)
         Path(dir_path, TARGET_SPM).write_bytes(self.target_proto)
-        Path(dir_path, VOCABULARY_JSON).write_text(
-            json.dumps(self.vocabulary, ensure_ascii=False), encoding="utf-8"
-        )
+        vocabularies = {VOCABULARY_JSON: self.vocabulary, TARGET_VOCABULARY_JSON: self.target_vocabulary}
+        for name, vocabulary in vocabularies.items():
+            if vocabulary is not None:
+                Path(dir_path, name).write_text(json.dumps(vocabulary, ensure_ascii=False), encoding="utf-8")
 
     def load_assets(self, dir_path: str) -> None:
         self.set_vocabulary(*(os.path.join(dir_path, name) for name in self.file_assets))
@@ -235,6 +372,9 @@ class MarianTokenizer(keras_hub.tokenizers.Tokenizer):
                 "source_proto": None,
                 "target_proto": None,
                 "vocabulary": None,
+                "target_vocabulary": None,
+                "separate_vocabularies": self.separate_vocabularies,
+                "target_language": self.target_language,
                 "start_token": self.start_token,
                 "end_token": self.end_token,
                 "pad_token": self.pad_token,

@@ -99,9 +99,7 @@ def read_weights(fetch: Callable[..., Path | None], repo: str) -> dict[str, np.n
         raise refuse_pickle(repo)
     if unreachable is not None:
         raise unreachable
-    raise FileNotFoundError(
-        f"{repo} has no weights file keras-transformer can read ({', '.join(WEIGHT_FILES)})."
-    )
+    raise FileNotFoundError(f"{repo} has no weights file keras-transformer can read ({', '.join(WEIGHT_FILES)}).")
 
 
 def _required(fetch, name: str, repo: str) -> Path:

@@ -2,6 +2,7 @@
 
 import contextlib
 import gc
+import os
 from functools import partial
 
 import keras
@@ -9,19 +10,29 @@ import keras_hub
 import numpy as np
 from keras import ops
 
-from keras_transformer import marian
+from keras_transformer.generation.batches import (
+    concatenate,
+    is_dataset,
+    pack_prompts,
+    strip_prefixes,
+    target_token_ids,
+    text_batch,
+    token_id_batch,
+    widen,
+)
+from keras_transformer.generation.decoding import compiled_search, resolve_jit_compile
+from keras_transformer.generation.settings import SearchSettings
+from keras_transformer.generation.translation import to_list, tokenize, translate_texts, with_target_language
 from keras_transformer.layers.threefry_dropout import xla_compiled
-from keras_transformer.generation.decoding import check_search_arguments, compiled_search, resolve_jit_compile
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.models.transformer_preprocessor import TransformerPreprocessor
-from keras_transformer.generation.translation import to_list, tokenize, translate_texts
 from keras_transformer.presets.integrity import load_preset_weights
-from keras_transformer.presets.resolution import preset_handle, resolve_preset
+from keras_transformer.presets.resolution import preset_handle, preset_target_language, resolve_preset
 from keras_transformer.presets.saving import save_preset
-from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy, paper_optimizer
+from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy, TrainingRecipe, paper_optimizer
+from keras_transformer.utils.library_internals import HF_PREFIX, TRANSFORMERS_LOADERS, preset_config
 
 TOKEN_ID_KEYS = ("encoder_token_ids", "encoder_padding_mask", "decoder_token_ids")
-PAPER_BEAM_SIZE = 4  # section 6.1
 # Sentences end long before section 6.1's source + 50 limit (Multi30k: 13 to
 # 36 tokens), and every search step reads the whole output buffer. So
 # `generate` first searches with a buffer this much longer than the padded
@@ -94,8 +105,8 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         *,
         weighted_metrics="auto",
         sampler="beam",
-        label_smoothing: float = 0.1,
-        warmup_steps: int = 4000,
+        label_smoothing: float = TrainingRecipe.label_smoothing,
+        warmup_steps: int = TrainingRecipe.warmup_steps,
         **kwargs,
     ):
         """Configures training and decoding; every `"auto"` is the paper's choice.
@@ -146,17 +157,20 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         """Loads a preset: a registered name, an `hf://org/name` handle or a folder.
 
         A `transformers` checkpoint (a `config.json` with a `model_type`,
-        e.g. `"hf://Helsinki-NLP/opus-mt-en-de"`) is converted on load; only
-        Marian (Opus-MT) is supported, see `keras_transformer.marian`.
+        e.g. `"hf://Helsinki-NLP/opus-mt-en-de"`) is converted on load by
+        the loader KerasHub picks for its model type, as
+        `keras_hub.models.Seq2SeqLM.from_preset` does; this package registers
+        Marian (Opus-MT), see `keras_transformer.marian`.
 
         Hub presets are read from huggingface_hub's cache first. Every file is
         checked against the SHA-256 recorded when it was saved, and configs
         may only name Keras, KerasHub and keras-transformer classes, before
         anything is built (see `keras_transformer.presets.integrity`). With
         `load_weights=False`, the paper's architectures (`"transformer_base"`,
-        `"transformer_big"`, and `"big_en_de"` when its Hub repo cannot be
-        reached) build offline from this package's copy of their config,
-        without a preprocessor.
+        `"transformer_big"`) build offline from this package's copy of their
+        config, without a preprocessor. Presets of a multilingual checkpoint
+        fix its target language (`"big_en_de"`: German, `"big_de_en"`:
+        English; see `translate`).
 
         Args:
             preset: see `keras_transformer.presets.resolution.available_presets()`.
@@ -164,16 +178,30 @@ class Transformer(keras_hub.models.Seq2SeqLM):
             **kwargs: passed to KerasHub, e.g. `dtype="float16"`; weights
                 saved in float16 load as float32 unless `dtype` is given.
                 `revision=` names a branch, tag or commit of a Hub repo in
-                `transformers` format.
+                `transformers` format (its model type is read from the main
+                revision's `config.json`).
         """
         handle = preset_handle(preset)
+        model_type = _transformers_model_type(handle)
+        if model_type is not None:
+            if model_type not in TRANSFORMERS_LOADERS:
+                known = ", ".join(repr(name) for name in TRANSFORMERS_LOADERS)
+                raise ValueError(
+                    f"Cannot load {handle}: config.json has model_type = {model_type!r}, but Transformer "
+                    f"loads transformers checkpoints of model type {known} only."
+                )
+            model = super().from_preset(handle, load_weights=load_weights, **kwargs)
+            language = preset_target_language(preset)
+            if language is not None and model.preprocessor is not None:
+                model.preprocessor.tokenizer.set_target_language(language)
+            return model
         revision = kwargs.pop("revision", None)
-        if marian.is_transformers_checkpoint(handle, revision):
-            backbone, preprocessor = marian.load_marian(
-                handle, load_weights, revision=revision, dtype=kwargs.pop("dtype", None)
-            )
-            return cls(backbone=backbone, preprocessor=preprocessor, **kwargs)
         directory, architecture_only = resolve_preset(preset, load_weights)
+        if revision is not None:
+            raise ValueError(
+                f"revision={revision!r} names a version of a checkpoint in transformers format, and "
+                f"{preset} is a KerasHub preset: load it without a revision."
+            )
         if architecture_only:
             kwargs["preprocessor"] = None
         model = super().from_preset(str(directory), load_weights=False, **kwargs)
@@ -187,9 +215,7 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         See `keras_transformer.presets.saving.save_preset`; `weights_dtype=
         "float16"` halves the weights file.
         """
-        save_preset(
-            self, preset_dir, max_shard_size, weights_dtype=weights_dtype, model_card=model_card
-        )
+        save_preset(self, preset_dir, max_shard_size, weights_dtype=weights_dtype, model_card=model_card)
 
     def quantize(self, mode=None, config=None, filters=None, **kwargs):
         """Quantizes the backbone's weights (`keras.Model.quantize`), e.g.
@@ -215,7 +241,7 @@ class Transformer(keras_hub.models.Seq2SeqLM):
     def train_step(self, *args, **kwargs):
         # Traced into Keras' training function, which XLA compiles when
         # `jit_compile` is on: dropout masks may then use Threefry
-        # (`layers.threefry_dropout`; about 7% of a tiny-model step).
+        # (`layers.threefry_dropout`), faster on a CPU than Philox.
         with xla_compiled(self.jit_compile):
             return super().train_step(*args, **kwargs)
 
@@ -223,35 +249,54 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         # Without a distribution strategy, Keras' TensorFlow trainer leaves the
         # optimizer unbuilt until the first traced step creates its variables,
         # and a `tf.function` that creates variables is traced twice. Built
-        # here, it is traced once: the first `fit` call of the tiny benchmark
-        # model 30.0 -> 17.9 s (TensorFlow + XLA, 2 threads). Keras builds it
-        # the same way itself on JAX, PyTorch and under a strategy.
+        # here, it is traced once, which shortens the first `fit` call by a
+        # third or more. Keras builds it the same way itself on JAX, PyTorch
+        # and under a strategy.
         if self.optimizer is not None and not self.optimizer.built:
             self.optimizer.build(self.trainable_variables)
         return super().make_train_function(force)
 
     # --- Decoding -------------------------------------------------------
 
-    def _search_function(
-        self, beam_size: int | None, alpha: float, max_extra_length: int, with_completion: bool = False
-    ):
+    def _search_function(self, settings: SearchSettings, with_completion: bool = False):
         """The compiled search for one configuration, cached."""
-        key = (beam_size, alpha, max_extra_length, with_completion)
+        key = (settings, with_completion)
         functions = self._search_functions.functions
         if key not in functions:
             # XLA on TensorFlow unless compile(jit_compile=False) said otherwise.
             jit_compile = self.jit_compile if self.compiled else resolve_jit_compile()
-            functions[key] = compiled_search(
-                self, jit_compile, beam_size=beam_size, alpha=alpha,
-                max_extra_length=max_extra_length, with_completion=with_completion,
-            )
+            functions[key] = compiled_search(self, jit_compile, settings, with_completion)
         return functions[key]
+
+    @property
+    def compiled_searches(self) -> dict:
+        """The searches compiled so far, by `(SearchSettings, with_completion)`."""
+        return dict(self._search_functions.functions)
+
+    def forget_compiled_searches(self) -> None:
+        """Drops the compiled searches: the next `generate` traces its search
+        anew, e.g. after the layers' code changed."""
+        self._search_functions = SearchFunctions()
+
+    @property
+    def default_search(self) -> SearchSettings:
+        """The search of `generate` and `translate` when none is given:
+        section 6.1's, with `compile(sampler=...)`'s beam size."""
+        return SearchSettings(beam_size=_beam_size_of(self.sampler))
+
+    def _search_settings(self, search, beam_size, alpha, max_extra_length) -> SearchSettings:
+        """`search` (by default `default_search`) with the fields given as arguments."""
+        return (search or self.default_search).overridden(
+            beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length
+        )
 
     def make_generate_function(self):
         """The compiled search of `compile(sampler=...)` (KerasHub's API):
         `{"encoder_token_ids", "encoder_padding_mask", "decoder_token_ids"}`
-        arrays in, `{"decoder_token_ids", "decoder_padding_mask"}` out."""
-        self.generate_function = self._search_function(_beam_size_of(self.sampler), 0.6, 50)
+        arrays in (with a `decoder_padding_mask`, the decoder ids are a
+        prompt the search continues, as `generate_preprocess` packs it),
+        `{"decoder_token_ids", "decoder_padding_mask"}` out."""
+        self.generate_function = self._search_function(self.default_search)
         return self.generate_function
 
     def generate_step(self, inputs: dict, stop_token_ids=None) -> dict:
@@ -267,15 +312,24 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         stop_token_ids="auto",
         strip_prompt: bool = False,
         *,
+        search: SearchSettings | None = None,
         beam_size: int | None | str = "auto",
-        alpha: float = 0.6,
-        max_extra_length: int = 50,
+        alpha: float | None = None,
+        max_extra_length: int | None = None,
+        target_language: str | None = None,
     ):
         """Translates one batch.
 
         Args:
-            inputs: a string or list of strings (with a preprocessor), or a dict
-                of `encoder_token_ids` and `encoder_padding_mask` arrays.
+            inputs: a string or list of strings (with a preprocessor);
+                KerasHub's `{"encoder_text": [...], "decoder_text": [...]}`,
+                whose decoder text is a forced target prefix (the
+                translation continues it, as CTranslate2's `target_prefix`);
+                a dict of `encoder_token_ids` and `encoder_padding_mask`
+                arrays, optionally with a prompt (`decoder_token_ids` and
+                `decoder_padding_mask`: the start token and a prefix); or a
+                `tf.data.Dataset` of batches of these, whose outputs come
+                back together. See `keras_transformer.generation.batches`.
             max_length: the output buffer, start token included; by default
                 the padded source length + `max_extra_length`, so that no
                 sentence is cut short of section 6.1's limit (searched first
@@ -283,60 +337,89 @@ class Transformer(keras_hub.models.Seq2SeqLM):
                 finish within it: the same translations, faster).
             stop_token_ids: KerasHub's argument; `"auto"`, `None` or the
                 backbone's end token (the search stops there and only there).
-            strip_prompt: KerasHub's argument; translations have no decoder
-                prompt, so there is nothing to strip.
-            beam_size: beams per sentence (4 in the paper); `None` for greedy
-                search; `"auto"` for `compile(sampler=...)`'s choice (beam 4
-                before `compile`). `beam_size=1` with `alpha=0` is greedy too.
-            alpha: length penalty exponent, 0.6 in the paper.
-            max_extra_length: at most source length + this many tokens.
+            strip_prompt: KerasHub's argument: leave the target prefix out
+                of the outputs.
+            search: the `SearchSettings` (beam size, length penalty, output
+                limit); by default `default_search`, section 6.1's beam
+                search with `compile(sampler=...)`'s beam size.
+            beam_size: beams per sentence, or `None` for greedy search,
+                instead of `search`'s; `"auto"` keeps `search`'s.
+            alpha: the length penalty exponent instead of `search`'s.
+            max_extra_length: at most source length + this many tokens,
+                instead of `search`'s.
+            target_language: for a multilingual Opus-MT model, the language
+                to translate into (`"deu"`), whose token (`>>deu<<`) is put
+                before each text without one; by default the tokenizer's own
+                `target_language`. See `translate`.
 
         Returns:
             Strings (with a preprocessor; one string for one string in), or
             `{"decoder_token_ids", "decoder_padding_mask"}` arrays.
         """
         _check_stop_token_ids(self.backbone, stop_token_ids)
-        if beam_size == "auto":
-            beam_size = _beam_size_of(self.sampler)
-        check_search_arguments(beam_size, alpha, max_extra_length)
-        single = isinstance(inputs, str)
-        if single:
-            inputs = [inputs]
-        if isinstance(inputs, dict):
-            token_ids = {k: ops.convert_to_numpy(inputs[k]) for k in TOKEN_ID_KEYS[:2]}
+        settings = self._search_settings(search, beam_size, alpha, max_extra_length)
+        if is_dataset(inputs):
+            results = [
+                self.generate(
+                    batch, max_length, stop_token_ids, strip_prompt, search=settings, target_language=target_language
+                )
+                for batch in inputs.as_numpy_iterator()
+            ]
+            return concatenate(results, self.backbone.pad_token_id)
+        texts = text_batch(inputs)
+        if texts is None:
+            token_ids = token_id_batch(inputs)
         else:
             if self.preprocessor is None:
                 raise ValueError(
                     "This model has no preprocessor, so generate() needs token ids: "
                     "a dict with 'encoder_token_ids' and 'encoder_padding_mask'."
                 )
-            token_ids = self.preprocessor.pack_sources(tokenize(self.preprocessor.tokenizer, list(inputs)))
-        search = partial(self._search, token_ids, beam_size, float(alpha), max_extra_length)
-        source_length = token_ids["encoder_token_ids"].shape[1]
+            tokenizer = self.preprocessor.tokenizer
+            sources = with_target_language(tokenizer, texts.sources, target_language)
+            token_ids = self.preprocessor.pack_sources(tokenize(tokenizer, sources))
+            if texts.prefixes is not None:
+                backbone = self.backbone
+                prefixes = target_token_ids(tokenizer, texts.prefixes)
+                token_ids.update(pack_prompts(prefixes, backbone.start_token_id, backbone.pad_token_id))
+        run_search = partial(self._search, token_ids, settings)
+        # The buffer holds the longer of the source and the target prefix, and more.
+        prompt_length = token_ids["decoder_token_ids"].shape[1] if "decoder_token_ids" in token_ids else 0
+        source_length = max(token_ids["encoder_token_ids"].shape[1], prompt_length)
         outputs = None
         if max_length is None:
-            max_length = source_length + max_extra_length
+            max_length = max(source_length + settings.max_extra_length, prompt_length + 1)
             if source_length + FIRST_BUFFER_EXTRA < max_length:
-                outputs = search(source_length + FIRST_BUFFER_EXTRA, with_completion=True)
+                outputs = run_search(source_length + FIRST_BUFFER_EXTRA, with_completion=True)
                 if outputs.pop("complete").all():
-                    outputs = _widen(outputs, max_length, self.backbone.pad_token_id)
+                    outputs = widen(outputs, max_length, self.backbone.pad_token_id)
                 else:
                     outputs = None
+        elif max_length <= prompt_length:
+            raise ValueError(
+                f"max_length={max_length} leaves no room after the target prefix ({prompt_length} positions, "
+                "start token included); raise it or leave it out."
+            )
         if outputs is None:
-            outputs = search(max_length)
+            outputs = run_search(max_length)
+        if strip_prompt and prompt_length:
+            outputs = strip_prefixes(outputs, token_ids["decoder_padding_mask"], self.backbone.pad_token_id)
         if self.preprocessor is None:
             return outputs
-        texts = self.preprocessor.generate_postprocess(outputs)
-        texts = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in to_list(texts)]
-        return texts[0] if single else texts
+        translations = self.preprocessor.generate_postprocess(outputs)
+        translations = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in to_list(translations)]
+        return translations[0] if texts is not None and texts.single else translations
 
     def _search(
-        self, token_ids: dict, beam_size, alpha, max_extra_length, buffer_length, with_completion=False
+        self, token_ids: dict, settings: SearchSettings, buffer_length: int, with_completion: bool = False
     ) -> dict:
         """One search of a batch with an output buffer of `buffer_length`."""
         batch = token_ids["encoder_token_ids"].shape[0]
         inputs = {**token_ids, "decoder_token_ids": np.zeros((batch, buffer_length), "int32")}
-        function = self._search_function(beam_size, alpha, max_extra_length, with_completion)
+        if "decoder_padding_mask" in token_ids:  # a target prefix, which the search continues
+            prompt = {key: token_ids[key] for key in ("decoder_token_ids", "decoder_padding_mask")}
+            inputs.update(widen(prompt, buffer_length, self.backbone.pad_token_id))
+        function = self._search_function(settings, with_completion)
         outputs = function({k: ops.convert_to_tensor(v) for k, v in inputs.items()})
         return {k: ops.convert_to_numpy(v) for k, v in outputs.items()}
 
@@ -344,12 +427,14 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         self,
         texts,
         *,
+        search: SearchSettings | None = None,
         beam_size: int | None | str = "auto",
-        alpha: float = 0.6,
-        max_extra_length: int = 50,
+        alpha: float | None = None,
+        max_extra_length: int | None = None,
         batch_size: int = 32,
         too_long: str = "split",
         verbose: int | str = "auto",
+        target_language: str | None = None,
     ) -> list[str] | str:
         """Translates sentences, in batches of similar length.
 
@@ -376,11 +461,17 @@ class Transformer(keras_hub.models.Seq2SeqLM):
 
         Args:
             texts: a string, or a list (any iterable) of strings.
-            beam_size, alpha, max_extra_length: see `generate`.
+            search, beam_size, alpha, max_extra_length: see `generate`.
             batch_size: sentences decoded together (beams multiply this).
             too_long: `"split"`, `"truncate"` or `"error"`, see above.
             verbose: `"auto"` shows a `keras.utils.Progbar` when there are more
                 than a few batches, 1 always, 0 never.
+            target_language: for a multilingual Opus-MT model (its
+                vocabulary has tokens such as `>>deu<<`), the language to
+                translate into, e.g. `"deu"`; by default the tokenizer's
+                `target_language` (`big_en_de` fixes German). A text that
+                starts with its own token (`">>nld<< ..."`) keeps it, and is
+                tokenized as `transformers`' `MarianTokenizer` does.
 
         Returns:
             The translations, in the order of `texts` (a string for a string).
@@ -388,17 +479,18 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         Raises:
             TypeError: `texts` or one of its items is not a string (or bytes).
             ValueError: an item is not valid UTF-8, or is too long with
-                `too_long="error"`.
+                `too_long="error"`; a multilingual model got no language or
+                an unknown one (the message lists its languages); a model of
+                one target language got a language.
         """
         return translate_texts(
             self,
             texts,
-            beam_size=beam_size,
-            alpha=alpha,
-            max_extra_length=max_extra_length,
+            search=self._search_settings(search, beam_size, alpha, max_extra_length),
             batch_size=batch_size,
             too_long=too_long,
             verbose=verbose,
+            target_language=target_language,
         )
 
     @property
@@ -416,8 +508,9 @@ def _older_objects_left_out_of_collections():
     """Garbage collections inside skip the objects that exist before (`gc.freeze`).
 
     Keras runs a full collection for every float weight `quantize` replaces
-    (`Layer.__delattr__`); with TensorFlow's objects in memory that took 25 s
-    for the tiny benchmark model's 64 kernels here, 0.56 s with them frozen.
+    (`Layer.__delattr__`); with TensorFlow's objects in memory each takes a
+    sizeable fraction of a second, so quantizing even a tiny model took tens
+    of seconds, and well under one with them frozen.
     One collection at the end frees what became garbage. A collector the
     caller froze already is left as it is.
     """
@@ -432,13 +525,17 @@ def _older_objects_left_out_of_collections():
         gc.collect()
 
 
-def _widen(outputs: dict, length: int, pad_token_id: int) -> dict:
-    """Search outputs padded to `length` positions, as a full buffer gives them."""
-    extra = ((0, 0), (0, length - outputs["decoder_token_ids"].shape[1]))
-    return {
-        "decoder_token_ids": np.pad(outputs["decoder_token_ids"], extra, constant_values=pad_token_id),
-        "decoder_padding_mask": np.pad(outputs["decoder_padding_mask"], extra, constant_values=False),
-    }
+def _transformers_model_type(handle) -> str | None:
+    """The `model_type` of a checkpoint in `transformers` format (`hf://` or a
+    folder); `None` for a KerasHub preset, or when its `config.json` cannot be
+    read (then `resolve_preset` says why)."""
+    if not isinstance(handle, str) or not (handle.startswith(HF_PREFIX) or os.path.isdir(handle)):
+        return None
+    try:
+        config = preset_config(handle)
+    except (OSError, ValueError):
+        return None
+    return config.get("model_type") if isinstance(config, dict) else None
 
 
 class SearchFunctions:
@@ -456,7 +553,7 @@ class SearchFunctions:
 def _beam_size_of(sampler) -> int | None:
     """The beam size a `compile(sampler=...)` value stands for."""
     if sampler == "beam":
-        return PAPER_BEAM_SIZE
+        return SearchSettings.beam_size
     if sampler == "greedy" or isinstance(sampler, keras_hub.samplers.GreedySampler):
         return None
     if isinstance(sampler, keras_hub.samplers.BeamSampler):

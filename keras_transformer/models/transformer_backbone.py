@@ -4,7 +4,6 @@ import keras
 import keras_hub
 from keras import ops
 
-from keras_transformer.utils import special_tokens
 from keras_transformer.layers import (
     DecoderBlock,
     EncoderBlock,
@@ -20,6 +19,8 @@ from keras_transformer.layers.cached_attention import (
     visible_slots,
 )
 from keras_transformer.layers.threefry_dropout import ThreefryDropout
+from keras_transformer.training.recipe import TrainingRecipe
+from keras_transformer.utils import special_tokens
 
 
 def logits_by_parts(hidden, embeddings, parts: int):
@@ -88,6 +89,13 @@ class TransformerBackbone(keras_hub.models.Backbone):
             `end_token_id` and never emits padding or the start token.
         use_logits_bias: add a learned bias to the logits (Marian's
             `final_logits_bias`); the paper has none.
+        target_vocabulary_size: `None` (default) shares one vocabulary and
+            one embedding matrix between source, target and output
+            projection (section 3.4). A size gives the target its own
+            vocabulary and embedding matrix (`target_token_embedding`), to
+            which the output projection is tied, as in Marian checkpoints
+            with `share_encoder_decoder_embeddings: false`; the special ids
+            are then target ids, and `token_embedding` embeds the source.
         dtype: the variable/compute dtype or a `keras.DTypePolicy`.
 
     Example:
@@ -113,7 +121,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         num_heads: int,
         hidden_dim: int,
         intermediate_dim: int,
-        dropout: float = 0.1,
+        dropout: float = TrainingRecipe.dropout,
         attention_dropout: float = 0.0,
         max_sequence_length: int = 1024,
         normalize_first: bool = False,
@@ -125,15 +133,16 @@ class TransformerBackbone(keras_hub.models.Backbone):
         end_token_id: int = special_tokens.END_ID,
         unk_token_id: int = special_tokens.UNK_ID,
         use_logits_bias: bool = False,
+        target_vocabulary_size: int | None = None,
         dtype=None,
         **kwargs,
     ):
+        output_size = target_vocabulary_size or vocabulary_size
         special_ids = dict(pad=pad_token_id, start=start_token_id, end=end_token_id, unk=unk_token_id)
-        outside = {name: i for name, i in special_ids.items() if not 0 <= i < vocabulary_size}
+        outside = {name: i for name, i in special_ids.items() if not 0 <= i < output_size}
         if outside:
-            raise ValueError(
-                f"special token ids {outside} are outside the vocabulary of {vocabulary_size}."
-            )
+            side = "target vocabulary" if target_vocabulary_size else "vocabulary"
+            raise ValueError(f"special token ids {outside} are outside the {side} of {output_size}.")
         if end_token_id in (pad_token_id, start_token_id):
             raise ValueError(
                 f"end_token_id ({end_token_id}) must differ from pad_token_id ({pad_token_id}) "
@@ -145,9 +154,12 @@ class TransformerBackbone(keras_hub.models.Backbone):
                 f"({num_heads}): d_k = d_model / h must be a whole number."
             )
         # === Layers ===
-        self.token_embedding = ScaledSharedEmbedding(
-            vocabulary_size, hidden_dim, dtype=dtype, name="token_embedding"
-        )
+        self.token_embedding = ScaledSharedEmbedding(vocabulary_size, hidden_dim, dtype=dtype, name="token_embedding")
+        self.target_token_embedding = None
+        if target_vocabulary_size is not None:
+            self.target_token_embedding = ScaledSharedEmbedding(
+                target_vocabulary_size, hidden_dim, dtype=dtype, name="target_token_embedding"
+            )
         self.position_encoding = SinusoidalPositionEncoding(
             layout=position_encoding_layout, dtype=dtype, name="position_encoding"
         )
@@ -164,12 +176,10 @@ class TransformerBackbone(keras_hub.models.Backbone):
             dtype=dtype,
         )
         self.encoder_blocks = [
-            EncoderBlock(name=f"encoder_block_{i}", **block_kwargs)
-            for i in range(num_encoder_layers)
+            EncoderBlock(name=f"encoder_block_{i}", **block_kwargs) for i in range(num_encoder_layers)
         ]
         self.decoder_blocks = [
-            DecoderBlock(name=f"decoder_block_{i}", **block_kwargs)
-            for i in range(num_decoder_layers)
+            DecoderBlock(name=f"decoder_block_{i}", **block_kwargs) for i in range(num_decoder_layers)
         ]
         # Pre-LN leaves the last residual sum unnormalised; Post-LN does not.
         self.encoder_final_norm = self.decoder_final_norm = None
@@ -232,17 +242,23 @@ class TransformerBackbone(keras_hub.models.Backbone):
         self.end_token_id = end_token_id
         self.unk_token_id = unk_token_id
         self.use_logits_bias = use_logits_bias
+        self.target_vocabulary_size = target_vocabulary_size
         # Made after the functional graph, which does not use it (logits are
         # the task's output): a layer assigned before it would go untracked
         # on the torch backend.
-        self.logits_bias = (
-            LogitsBias(vocabulary_size, dtype=dtype, name="logits_bias") if use_logits_bias else None
-        )
+        self.logits_bias = LogitsBias(output_size, dtype=dtype, name="logits_bias") if use_logits_bias else None
+
+    @property
+    def decoder_token_embedding(self) -> ScaledSharedEmbedding:
+        """The embedding of target tokens, tied to the output projection:
+        `target_token_embedding` if the target has its own vocabulary, else
+        the shared `token_embedding`."""
+        return self.token_embedding if self.target_token_embedding is None else self.target_token_embedding
 
     def logits(self, hidden):
         """The pre-softmax projection: `hidden @ E^T` (section 3.4), plus the
         logits bias if the backbone has one."""
-        logits = self.token_embedding(hidden, reverse=True)
+        logits = self.decoder_token_embedding(hidden, reverse=True)
         if self.logits_bias is not None:
             logits = self.logits_bias(logits)
         return logits
@@ -254,20 +270,21 @@ class TransformerBackbone(keras_hub.models.Backbone):
         16,000 tokens or more, `hidden @ E^T` runs as four products over
         quarters of the vocabulary: XLA's CPU runtime in jaxlib 0.10 spreads
         one such product badly over the threads, and runs independent ones
-        side by side. Measured here (2 threads, 128 rows of 512 by E^T):
-        77.6 ms as one product, 41.8 ms in quarters for 32,000 tokens, 136.6
-        and 77.5 ms for Opus-MT's 58,101; a base beam-4 batch 3.54 -> 2.31 s,
-        the same tokens. Quarters were slower with 32 rows (16.1 against
-        10.1 ms) and for 8,000 tokens (1.92 against 1.85 ms), and on
-        TensorFlow one product is the fastest at every size (28.3 ms).
+        side by side: in quarters, base beam search decodes about a third
+        faster, the same tokens (`benchmarks/RESULTS.md`). Quarters are slower
+        with fewer rows or a smaller vocabulary, and on TensorFlow one product
+        is the fastest at every size.
         """
-        embedding = self.token_embedding
+        embedding = self.decoder_token_embedding
         plain = (
-            keras.config.backend() == "jax" and embedding.tie_weights and embedding.quantization_mode is None
-            and embedding.reverse_dtype is None and embedding.logit_soft_cap is None
+            keras.config.backend() == "jax"
+            and embedding.tie_weights
+            and embedding.quantization_mode is None
+            and embedding.reverse_dtype is None
+            and embedding.logit_soft_cap is None
         )
         rows = hidden.shape[0]
-        if not plain or rows is None or rows < 128 or self.vocabulary_size < 16_000:
+        if not plain or rows is None or rows < 128 or embedding.input_dim < 16_000:
             return self.logits(hidden)
         logits = logits_by_parts(hidden, embedding.embeddings, parts=4)
         if self.logits_bias is not None:
@@ -275,8 +292,13 @@ class TransformerBackbone(keras_hub.models.Backbone):
         return logits
 
     def embed(self, token_ids, dropout_layer, start_index=0, training=None):
-        """`Dropout(E[ids] * sqrt(d_model) + PE)` for positions from `start_index`."""
-        tokens = self.token_embedding(token_ids)
+        """`Dropout(E[ids] * sqrt(d_model) + PE)` for positions from `start_index`.
+
+        Tokens embedded with `decoder_embedding_dropout` are target tokens
+        (`decoder_token_embedding`), any others source tokens.
+        """
+        decoder = dropout_layer is self.decoder_embedding_dropout
+        tokens = (self.decoder_token_embedding if decoder else self.token_embedding)(token_ids)
         positions = self.position_encoding(tokens, start_index=start_index)
         return dropout_layer(tokens + positions, training=training)
 
@@ -375,6 +397,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
                 "end_token_id": self.end_token_id,
                 "unk_token_id": self.unk_token_id,
                 "use_logits_bias": self.use_logits_bias,
+                "target_vocabulary_size": self.target_vocabulary_size,
             }
         )
         return config

@@ -56,9 +56,7 @@ class TransformerPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
         **kwargs,
     ):
         if too_long not in TOO_LONG_POLICIES:
-            raise ValueError(
-                f"too_long must be one of {TOO_LONG_POLICIES}; got {too_long!r}."
-            )
+            raise ValueError(f"too_long must be one of {TOO_LONG_POLICIES}; got {too_long!r}.")
         super().__init__(
             tokenizer=tokenizer,
             encoder_sequence_length=encoder_sequence_length,
@@ -110,9 +108,7 @@ class TransformerPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
         self._report_cut(self._tokenize(encoder_text), encoder_length - 2, "source")
         if decoder and isinstance(x, dict) and "decoder_text" in x:
             decoder_length = (
-                kwargs.get("decoder_sequence_length")
-                or kwargs.get("sequence_length")
-                or self.decoder_sequence_length
+                kwargs.get("decoder_sequence_length") or kwargs.get("sequence_length") or self.decoder_sequence_length
             )
             # The target keeps one token fewer: inputs and labels are shifted.
             self._report_cut(self._tokenize(x["decoder_text"]), decoder_length - 1, "target")

@@ -7,11 +7,10 @@ from collections.abc import Iterable
 import keras
 import keras_hub
 
-from keras_transformer.utils import library_internals, special_tokens
 from keras_transformer.models.transformer_backbone import TransformerBackbone
+from keras_transformer.utils import library_internals, special_tokens
 from keras_transformer.utils.special_tokens import END, END_ID, PAD, PAD_ID, START, START_ID, UNK, UNK_ID
 from keras_transformer.utils.text_libraries import require_text_libraries, tf, tf_text
-
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

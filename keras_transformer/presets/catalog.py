@@ -5,17 +5,19 @@
 `keras_hub.models.Seq2SeqLM.from_preset(name)` take the names. Four kinds:
 
 - **Trained Opus-MT models** (`OPUS_MT_PRESETS`): `base_en_de`,
-  `base_en_fr` and `big_en_fr` stand for Helsinki-NLP's Marian checkpoints
-  on the Hugging Face Hub, converted on load by `Transformer.from_preset`
-  (`keras_transformer.marian`); the package data ships each one's card.
+  `base_en_fr`, `big_en_fr`, `big_en_de` and `big_de_en` stand for
+  Helsinki-NLP's Marian checkpoints on the Hugging Face Hub, converted on
+  load by `Transformer.from_preset` (`keras_transformer.marian`); the
+  package data ships each one's card. `big_en_de` and `big_de_en` are one
+  multilingual model (West Germanic to West Germanic) with its target
+  language fixed (`PRESET_TARGET_LANGUAGES`).
 - **The paper's untrained architectures** (`ARCHITECTURE_PRESETS`):
   `transformer_base` and `transformer_big`, Table 3 exactly, built offline
   from `<name>/config.json` with `load_weights=False` (no vocabulary).
-- **The paper's models to train** (`PAPER_PRESETS`): `big_en_de`, whose
-  weights and vocabulary belong under `hf://keras-transformer/big_en_de` (no
-  big English-German Marian checkpoint in `transformers` format was found);
-  the package data ships its card and architecture, so that
-  `load_weights=False` builds it offline.
+- **The paper's models to train** (`PAPER_PRESETS`): presets whose weights
+  and vocabulary belong under `hf://keras-transformer/<name>` once trained;
+  the package data ships each one's card and architecture, so that
+  `load_weights=False` builds it offline. None is registered today.
 - **Shipped presets** (`shipped_presets()`): every folder of the package
   data folder `presets/` that holds a complete saved preset (a `config.json`, weights and a `metadata.json`
   written by `Transformer.save_to_preset`) is registered under the folder's
@@ -23,7 +25,9 @@
 
 Example:
 >>> sorted(PAPER_PRESETS), sorted(OPUS_MT_PRESETS)
-(['big_en_de'], ['base_en_de', 'base_en_fr', 'big_en_fr'])
+([], ['base_en_de', 'base_en_fr', 'big_de_en', 'big_en_de', 'big_en_fr'])
+>>> PRESET_TARGET_LANGUAGES["big_en_de"]
+'deu'
 >>> sorted(shipped_presets())
 ['multi30k_en_de', 'multi30k_en_fr']
 """
@@ -44,7 +48,7 @@ ARCHITECTURES = {
     # Table 3 of the paper.
     "transformer_base": dict(num_layers=6, hidden_dim=512, intermediate_dim=2048, num_heads=8, dropout=0.1),
     "transformer_big": dict(num_layers=6, hidden_dim=1024, intermediate_dim=4096, num_heads=16, dropout=0.3),
-    # Wu et al. 2021's Multi30k model (see PAPER.md).
+    # The text-only Multi30k model of Wu et al., "Good for Misconceived Reasons" (ACL 2021).
     "transformer_tiny": dict(num_layers=4, hidden_dim=128, intermediate_dim=256, num_heads=4, dropout=0.3),
 }
 
@@ -54,8 +58,9 @@ PRESETS_DIR = Path(importlib.resources.files("keras_transformer.presets.shipped"
 HUB_ORG = "keras-transformer"
 
 
-def _hub_preset(repo: str, description: str, params: int) -> dict:
-    """A preset entry whose files live in the Hugging Face Hub repository `repo`."""
+def _hub_preset(repo: str, description: str, params: int | None) -> dict:
+    """A preset entry whose files live in the Hugging Face Hub repository `repo`
+    (`params` `None` where the count is not known without its config)."""
     return {
         "metadata": {"description": description, "params": params, "path": "transformer"},
         # KerasHub's name for the field; it resolves any handle, hf:// included.
@@ -65,18 +70,13 @@ def _hub_preset(repo: str, description: str, params: int) -> dict:
 
 # Table 3 of Vaswani et al. (2017); parameter counts are this implementation's
 # (biases and LayerNorms included, one tied embedding matrix).
-PAPER_PRESETS = {
-    "big_en_de": _hub_preset(
-        f"{HUB_ORG}/big_en_de",
-        "Transformer big (6+6 layers, d_model 1024, d_ff 4096, 16 heads, dropout 0.3), "
-        "WMT 2014 English-German, 37,000 shared BPE tokens. Paper: 28.4 BLEU newstest2014.",
-        214_245_376,
-    ),
-}
+PAPER_PRESETS = {}
 
 
 # Helsinki-NLP's Opus-MT checkpoints (Tiedemann & Thottingal 2020); parameter
 # counts are the converted backbone's (embeddings and logits bias included).
+# There is no tc-big English-German model: the West Germanic one covers both ways.
+GMW_GMW = "Helsinki-NLP/opus-mt-tc-big-gmw-gmw"
 OPUS_MT_PRESETS = {
     "base_en_de": _hub_preset(
         "Helsinki-NLP/opus-mt-en-de",
@@ -96,7 +96,22 @@ OPUS_MT_PRESETS = {
         "ReLU, 53,017 SentencePiece pieces. Authors: 52.2 BLEU flores101.",
         230_699_801,
     ),
+    "big_en_de": _hub_preset(
+        GMW_GMW,
+        "Opus-MT tc-big West Germanic (Helsinki-NLP, CC-BY-4.0) translating into German: the paper's "
+        "big dimensions, ReLU. Authors, English-German: 29.0 BLEU newstest2014, 42.9 newstest2019.",
+        None,
+    ),
+    "big_de_en": _hub_preset(
+        GMW_GMW,
+        "Opus-MT tc-big West Germanic (Helsinki-NLP, CC-BY-4.0) translating into English: the paper's "
+        "big dimensions, ReLU. Authors, German-English: 33.2 BLEU newstest2014, 41.8 flores101.",
+        None,
+    ),
 }
+# Presets of a multilingual checkpoint, by the target language each fixes:
+# its token (`>>deu<<`) starts every source (`MarianTokenizer.target_language`).
+PRESET_TARGET_LANGUAGES = {"big_en_de": "deu", "big_de_en": "eng"}
 
 # The paper's architectures without weights (Table 3), by the names
 # `train --preset` uses, for `from_preset(name, load_weights=False)`.

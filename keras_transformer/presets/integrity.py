@@ -42,10 +42,7 @@ def interrupted_save_hint(target: Path) -> str:
     previous = sorted(target.parent.glob(f".{target.name}.previous-*")) if target.parent.is_dir() else []
     if not previous:
         return ""
-    return (
-        f" A save into it was interrupted; the previous version is intact at {previous[-1]}: "
-        "rename it back."
-    )
+    return f" A save into it was interrupted; the previous version is intact at {previous[-1]}: rename it back."
 
 
 def sha256(path: Path) -> str:
@@ -74,16 +71,13 @@ def write_checksums(directory: str | os.PathLike) -> dict:
     metadata_path = directory / METADATA_FILE
     metadata = json.loads(metadata_path.read_text(encoding="utf-8")) if metadata_path.exists() else {}
     metadata[CHECKSUMS_KEY] = {
-        f: {"bytes": (directory / f).stat().st_size, "sha256": sha256(directory / f)}
-        for f in _preset_files(directory)
+        f: {"bytes": (directory / f).stat().st_size, "sha256": sha256(directory / f)} for f in _preset_files(directory)
     }
     metadata_path.write_text(json.dumps(metadata, indent=4), encoding="utf-8")
     return metadata[CHECKSUMS_KEY]
 
 
-def verify_preset(
-    directory: str | os.PathLike, load_weights: bool = True, require_checksums: bool = False
-) -> None:
+def verify_preset(directory: str | os.PathLike, load_weights: bool = True, require_checksums: bool = False) -> None:
     """Checks that a preset is complete, undamaged and safe to load.
 
     Every file recorded in `metadata.json` must be present with its size and

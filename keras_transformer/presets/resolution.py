@@ -16,6 +16,16 @@ import os
 import warnings
 from pathlib import Path
 
+from keras_transformer.models.transformer_backbone import TransformerBackbone
+from keras_transformer.presets.catalog import (
+    ARCHITECTURE_PRESETS,
+    NAMED_PRESETS,
+    PAPER_PRESETS,
+    PRESET_TARGET_LANGUAGES,
+    PRESETS_DIR,
+    shipped_presets,
+)
+from keras_transformer.presets.integrity import check_safe_configs, interrupted_save_hint, verify_preset
 from keras_transformer.utils.library_internals import (
     ASSET_DIR,
     BUILTIN_PRESETS_FOR_BACKBONE,
@@ -25,15 +35,6 @@ from keras_transformer.utils.library_internals import (
     README_FILE,
     register_presets,
 )
-from keras_transformer.models.transformer_backbone import TransformerBackbone
-from keras_transformer.presets.catalog import (
-    ARCHITECTURE_PRESETS,
-    NAMED_PRESETS,
-    PAPER_PRESETS,
-    PRESETS_DIR,
-    shipped_presets,
-)
-from keras_transformer.presets.integrity import check_safe_configs, interrupted_save_hint, verify_preset
 
 # Files a model needs to build without weights; the rest is weights.
 ARCHITECTURE_PATTERNS = ["*.json", f"{ASSET_DIR}/*", README_FILE]
@@ -72,6 +73,12 @@ def preset_handle(preset: str | os.PathLike) -> str:
     preset = os.fspath(preset) if isinstance(preset, os.PathLike) else preset
     registered = BUILTIN_PRESETS_FOR_BACKBONE[TransformerBackbone]
     return registered[preset]["kaggle_handle"] if isinstance(preset, str) and preset in registered else preset
+
+
+def preset_target_language(preset) -> str | None:
+    """The target language a registered preset of a multilingual checkpoint
+    fixes (`"big_en_de"` -> `"deu"`), else `None`."""
+    return PRESET_TARGET_LANGUAGES.get(preset) if isinstance(preset, str) else None
 
 
 def resolve_preset(preset: str | os.PathLike, load_weights: bool = True) -> tuple[Path, bool]:
@@ -177,10 +184,26 @@ def hub_snapshot(handle: str, name: str, load_weights: bool = True) -> Path:
             f"with `hf auth login`).{unpublished}"
         ) from error
     except (LocalEntryNotFoundError, ConnectionError) as error:
-        shown = handle if name == handle else f"'{name}' ({handle})"
-        raise HubUnreachableError(
-            f"Could not load preset {shown}: the Hugging Face Hub could not be reached and it "
-            "is not in the local cache. Load a local preset folder instead "
-            "(Transformer.from_preset('path/to/preset')), or build the architecture without "
-            f"weights (Transformer.from_preset('{name}', load_weights=False))."
-        ) from error
+        raise _unreachable_hub_error(handle, name) from error
+
+
+def _unreachable_hub_error(handle: str, name: str) -> HubUnreachableError:
+    """The error for a hub preset that is not cached while the hub cannot be
+    reached, naming only what works offline: a download made once while
+    online, a local folder, and `load_weights=False` where this package ships
+    the architecture (a Hub checkpoint's own config and tokenizer files are
+    not shipped, so without the Hub it cannot be built)."""
+    shown = handle if name == handle else f"'{name}' ({handle})"
+    offline_architecture = (
+        f" To build the architecture without weights, which works offline: "
+        f"Transformer.from_preset('{name}', load_weights=False)."
+        if name in PAPER_PRESETS
+        else ""
+    )
+    return HubUnreachableError(
+        f"Could not load preset {shown}: it is not in the local cache and the Hugging Face Hub "
+        "could not be reached. Run the same call once while online: the files are then cached "
+        "and load offline. Or load a local folder, written by transformers' save_pretrained (model "
+        "and tokenizer) or by Transformer.save_to_preset: Transformer.from_preset('path/to/folder')."
+        f"{offline_architecture}"
+    )

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import keras
 
+from keras_transformer.presets.integrity import write_checksums
+from keras_transformer.presets.model_card import default_model_card
 from keras_transformer.utils.files import fsync_directory
 from keras_transformer.utils.library_internals import CONFIG_FILE, README_FILE, get_preset_saver
-from keras_transformer.presets.model_card import default_model_card
-from keras_transformer.presets.integrity import write_checksums
 
 
 def save_preset(

@@ -2,7 +2,16 @@
 
 from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.metrics import MaskedAccuracy, TargetTokens
-from keras_transformer.training.optimizer import paper_optimizer
+from keras_transformer.training.optimizer import paper_optimizer, recipe_optimizer
+from keras_transformer.training.recipe import TrainingRecipe
 from keras_transformer.training.schedule import TransformerSchedule
 
-__all__ = ["LabelSmoothedCrossEntropy", "MaskedAccuracy", "TargetTokens", "TransformerSchedule", "paper_optimizer"]
+__all__ = [
+    "LabelSmoothedCrossEntropy",
+    "MaskedAccuracy",
+    "TargetTokens",
+    "TrainingRecipe",
+    "TransformerSchedule",
+    "paper_optimizer",
+    "recipe_optimizer",
+]

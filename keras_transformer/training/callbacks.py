@@ -161,7 +161,9 @@ class ValidationBleu(keras.callbacks.Callback):
         beam_size: `None` for greedy search, or a beam size.
     """
 
-    def __init__(self, sources: list[str], references: list[str], max_sentences: int = 200, beam_size: int | None = None):
+    def __init__(
+        self, sources: list[str], references: list[str], max_sentences: int = 200, beam_size: int | None = None
+    ):
         super().__init__()
         self.sources = list(sources[:max_sentences])
         self.references = list(references[:max_sentences])

@@ -82,9 +82,7 @@ def save_checkpoint(model: keras.Model, directory: str, keep: int | None = None)
 
 def _check_keep(keep: int | None) -> None:
     if keep is not None and (not isinstance(keep, int) or keep < 1):
-        raise ValueError(
-            f"keep must be None (keep every checkpoint) or at least 1; got {keep!r}."
-        )
+        raise ValueError(f"keep must be None (keep every checkpoint) or at least 1; got {keep!r}.")
 
 
 def _atomic_savez(path: str, arrays: dict) -> None:

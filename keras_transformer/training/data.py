@@ -32,7 +32,7 @@ import os
 import warnings
 from collections.abc import Iterator
 
-from keras_transformer.utils.files import decode_message, raw_lines, read_lines
+from keras_transformer.utils.files import decode_message, raw_lines
 from keras_transformer.utils.special_tokens import END_ID, PAD_ID, START_ID
 from keras_transformer.utils.text_libraries import require_text_libraries, tf
 
@@ -215,15 +215,15 @@ def tokenize_pairs(
     def tokenize(texts):
         if not texts:
             return tf.ragged.constant([], dtype="int32", ragged_rank=1)
-        chunks = tf.data.Dataset.from_tensor_slices(texts).batch(chunk_size).map(
-            tokenizer, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        chunks = (
+            tf.data.Dataset.from_tensor_slices(texts)
+            .batch(chunk_size)
+            .map(tokenizer, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         )
         return tf.concat([tf.cast(c, "int32") for c in chunks], axis=0)
 
     source_ids, target_ids = tokenize(list(sources)), tokenize(list(targets))
-    fits = tf.logical_and(
-        source_ids.row_lengths() + 2 <= max_length, target_ids.row_lengths() + 1 <= max_length
-    )
+    fits = tf.logical_and(source_ids.row_lengths() + 2 <= max_length, target_ids.row_lengths() + 1 <= max_length)
     dropped = len(sources) - int(tf.reduce_sum(tf.cast(fits, "int32")))
     if dropped:
         warnings.warn(
@@ -314,9 +314,7 @@ def token_batches(
     # boundaries[i-1] <= l < boundaries[i] and pads every sequence of the
     # batch to boundaries[i] - 1, one of `lengths`.
     dataset = dataset.bucket_by_sequence_length(
-        element_length_func=lambda e: tf.maximum(
-            tf.shape(e["encoder_token_ids"])[0], tf.shape(e["labels"])[0]
-        ),
+        element_length_func=lambda e: tf.maximum(tf.shape(e["encoder_token_ids"])[0], tf.shape(e["labels"])[0]),
         bucket_boundaries=[length + 1 for length in lengths],
         bucket_batch_sizes=batch_sizes + [batch_multiple],
         padding_values=PAD_ID,
@@ -331,10 +329,9 @@ def without_autotuning(dataset: tf.data.Dataset) -> tf.data.Dataset:
     """`dataset` with tf.data's autotuner off.
 
     The autotuner's background thread competes with the training step for
-    the CPU. Measured on a 2-core machine: the train command's TensorFlow
-    update on Multi30k 2.02-2.08 s with it, 1.95-1.96 s without; a JAX
-    step fed from arrays through a default pipeline 2.05 s against
-    1.05-1.15 s. Padding a few hundred short rows per batch needs no tuning.
+    the CPU, which slows training on a machine with few cores (on JAX, fed
+    from arrays through a default pipeline, a step can take twice as long).
+    Padding a few hundred short rows per batch needs no tuning.
     """
     options = tf.data.Options()
     options.autotune.enabled = False
@@ -374,9 +371,7 @@ def with_batch_count(dataset: tf.data.Dataset) -> tf.data.Dataset:
 
 
 def _to_model_inputs(batch):
-    encoder, decoder, labels = (
-        batch[k] for k in ("encoder_token_ids", "decoder_token_ids", "labels")
-    )
+    encoder, decoder, labels = (batch[k] for k in ("encoder_token_ids", "decoder_token_ids", "labels"))
     x = {
         "encoder_token_ids": encoder,
         "encoder_padding_mask": encoder != PAD_ID,

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
+from keras_transformer.generation.settings import SearchSettings
 
 
 @dataclasses.dataclass
@@ -91,8 +92,7 @@ def lowercase_tokenize(texts: Sequence[str], language: str) -> list[str]:
     normalizer = MosesPunctNormalizer(lang=language)
     tokenizer = MosesTokenizer(lang=language)
     return [
-        tokenizer.tokenize(normalizer.normalize(text.lower()), escape=True, return_str=True).strip()
-        for text in texts
+        tokenizer.tokenize(normalizer.normalize(text.lower()), escape=True, return_str=True).strip() for text in texts
     ]
 
 
@@ -149,9 +149,7 @@ def evaluate_translations(
         # tokenize="none": the text is tokenized already, as multi-bleu.perl
         # expects; sacreBLEU would otherwise split the Moses escapes apart.
         lc_bleu = BLEU(tokenize="none", force=True)
-        lc_score = lc_bleu.corpus_score(
-            lowercase_tokenize(hypotheses, target_language), [tokenized_references]
-        )
+        lc_score = lc_bleu.corpus_score(lowercase_tokenize(hypotheses, target_language), [tokenized_references])
         result.lc_tok_bleu = float(lc_score.score)
         result.lc_tok_bleu_signature = str(lc_bleu.get_signature())
         result.lc_tok_preprocessing = f"lowercase+moses-norm+moses-tok({target_language})"
@@ -164,9 +162,10 @@ def evaluate_model(
     sources: Sequence[str],
     references: Sequence[str],
     *,
-    beam_size: int | None = 4,
-    alpha: float = 0.6,
-    max_extra_length: int = 50,
+    search: SearchSettings | None = None,
+    beam_size: int | None | str = "auto",
+    alpha: float | None = None,
+    max_extra_length: int | None = None,
     batch_size: int = 32,
     lowercase_tokenized: bool = False,
     target_language: str = "de",
@@ -182,8 +181,9 @@ def evaluate_model(
         model: a `Transformer` with a preprocessor.
         sources: source sentences.
         references: one reference translation per source sentence.
-        beam_size, alpha, max_extra_length: decoding, see `Transformer.generate`
-            (the paper: beam 4, alpha 0.6, source length + 50).
+        search: the `SearchSettings`; by default section 6.1's, `SearchSettings()`.
+        beam_size, alpha, max_extra_length: instead of `search`'s (`"auto"`
+            and `None` keep it), as in `Transformer.generate`.
         batch_size: sentences decoded together.
         lowercase_tokenized, target_language, tokenized_references: see
             `evaluate_translations`.
@@ -213,9 +213,9 @@ def evaluate_model(
         _check_same_length(sources, tokenized_references, "tokenized references", first_name="source sentences")
     translations = model.translate(
         sources,
-        beam_size=beam_size,
-        alpha=alpha,
-        max_extra_length=max_extra_length,
+        search=(search or SearchSettings()).overridden(
+            beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length
+        ),
         batch_size=batch_size,
         verbose=verbose,
     )
@@ -242,4 +242,3 @@ def _check_same_length(first: list, second: list, second_name: str, first_name: 
 def _details(score) -> str:
     # sacreBLEU's own rendering: "p1/p2/p3/p4 (BP = .. ratio = .. hyp_len = .. ref_len = ..)".
     return score.format().split(" ", 3)[3]
-

@@ -5,6 +5,7 @@ from collections.abc import Sequence
 import keras
 from keras import ops
 
+from keras_transformer.training.recipe import TrainingRecipe
 from keras_transformer.utils import special_tokens
 
 
@@ -49,7 +50,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
     def __init__(
         self,
-        label_smoothing: float = 0.1,
+        label_smoothing: float = TrainingRecipe.label_smoothing,
         pad_token_id: int = special_tokens.PAD_ID,
         unsmoothed_ids: Sequence[int] = (special_tokens.PAD_ID, special_tokens.START_ID, special_tokens.UNK_ID),
         from_logits: bool = True,

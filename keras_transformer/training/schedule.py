@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_transformer.training.recipe import TrainingRecipe
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -17,7 +19,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     Args:
         hidden_dim: d_model.
-        warmup_steps: 4000 in the paper.
+        warmup_steps: updates of linear warmup (`TrainingRecipe`'s, the paper's, by default).
         scale: a constant factor on the whole curve.
 
     Example:
@@ -26,7 +28,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     0.000699
     """
 
-    def __init__(self, hidden_dim: int, warmup_steps: int = 4000, scale: float = 1.0):
+    def __init__(self, hidden_dim: int, warmup_steps: int = TrainingRecipe.warmup_steps, scale: float = 1.0):
         super().__init__()
         if warmup_steps < 1:
             raise ValueError(f"warmup_steps must be at least 1; got {warmup_steps}.")

@@ -1,8 +1,12 @@
 """Reading text files and durable file system updates."""
 
+import contextlib
 import gzip
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 
 def fsync_directory(directory: str | os.PathLike) -> None:
@@ -15,6 +19,49 @@ def fsync_directory(directory: str | os.PathLike) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+@contextlib.contextmanager
+def folder_replaced_atomically(target: str | os.PathLike) -> Iterator[Path]:
+    """Yields an empty hidden folder next to `target` to write into; when the
+    block ends without error, the folder is flushed to disk and renamed to
+    `target`, and an existing `target` is moved aside first and deleted last.
+    On error the folder is deleted. A process killed at any point leaves the
+    old `target` or the new one, never a half-written one. One writer per
+    `target` at a time; the caller decides whether `target` may be replaced.
+
+    Example:
+    >>> import tempfile
+    >>> target = Path(tempfile.mkdtemp()) / "out"
+    >>> with folder_replaced_atomically(target) as folder:
+    ...     _ = (folder / "a.txt").write_text("a")
+    >>> sorted(p.name for p in target.iterdir())
+    ['a.txt']
+    """
+    target = Path(target).resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f".{target.name}.partial-*"):
+        shutil.rmtree(stale, ignore_errors=True)  # left by a killed writer
+    temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        yield temporary
+        for path in temporary.rglob("*"):
+            if path.is_file():
+                with open(path, "rb") as file:
+                    os.fsync(file.fileno())
+        fsync_directory(temporary)
+        if target.exists():
+            aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.previous-", dir=target.parent))
+            os.rename(target, aside / target.name)
+        os.rename(temporary, target)
+        fsync_directory(target.parent)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    # The new version is in place: older ones (this one's, or one left by a
+    # writer killed between the two renames) are obsolete.
+    for previous in target.parent.glob(f".{target.name}.previous-*"):
+        shutil.rmtree(previous, ignore_errors=True)
 
 
 def read_lines(path: str | os.PathLike) -> Iterator[str]:
@@ -38,6 +85,5 @@ def raw_lines(path) -> Iterator[bytes]:
 
 def decode_message(path, number, error) -> str:
     return (
-        f"{path}, line {number}: not valid UTF-8 ({error.reason} at byte "
-        f"{error.start}). Re-encode the file as UTF-8."
+        f"{path}, line {number}: not valid UTF-8 ({error.reason} at byte {error.start}). Re-encode the file as UTF-8."
     )

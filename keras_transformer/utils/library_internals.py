@@ -11,8 +11,10 @@ from collections.abc import Callable
 
 import keras
 
-# KerasHub's preset file names and preset machinery: no public module of
-# keras_hub exports them (`keras_hub.src.utils.preset_utils`).
+# KerasHub's preset file names and preset machinery (its loaders, one per
+# checkpoint format, are `PresetLoader`s): no public module of keras_hub
+# exports them (`keras_hub.src.utils.preset_utils`).
+from keras_hub.src.utils import preset_utils as _preset_utils
 from keras_hub.src.utils.preset_utils import (
     ASSET_DIR,
     BUILTIN_PRESETS_FOR_BACKBONE,
@@ -21,6 +23,7 @@ from keras_hub.src.utils.preset_utils import (
     METADATA_FILE,
     MODEL_WEIGHTS_FILE,
     README_FILE,
+    PresetLoader,
     get_preset_saver,
     register_presets,
 )
@@ -30,6 +33,12 @@ from keras_hub.src.utils.preset_utils import (
 # method in TensorFlow and hands the caller backend tensors or lists;
 # `convert_to_ragged_batch` batches any token-id input as a ragged tensor.
 from keras_hub.src.utils.tensor_utils import convert_to_ragged_batch, preprocessing_function
+
+# The module whose `TransformersPresetLoader` picks a converter for a
+# `transformers` config by its `model_type`, from a fixed list: KerasHub has
+# no registry for converters written outside it (see
+# `register_transformers_loader`).
+from keras_hub.src.utils.transformers import preset_loader as _transformers_preset_loader
 
 # The residual-branch dropouts of KerasHub's blocks (section 5.4: "applied to
 # the output of each sub-layer, before it is added to the sub-layer input").
@@ -42,9 +51,6 @@ DECODER_RESIDUAL_DROPOUTS = (
 # The attention layers of KerasHub's blocks.
 ENCODER_ATTENTION_LAYERS = ("_self_attention_layer",)
 DECODER_ATTENTION_LAYERS = ("_self_attention_layer", "_cross_attention_layer")
-# The LayerNorms around a KerasHub decoder block's self- and cross-attention
-# sublayers: the cross-attention's query is computed with them.
-DECODER_ATTENTION_NORMS = ("_self_attention_layer_norm", "_cross_attention_layer_norm")
 
 
 def replace_residual_dropouts(
@@ -52,9 +58,9 @@ def replace_residual_dropouts(
 ) -> None:
     """Gives a block being built new residual dropout layers, `make_dropout(dtype=, name=)`.
 
-    KerasHub hands its blocks' one `dropout` to the attention layers and the
-    residual dropouts alike, at construction, and Keras refuses flash
-    attention for an attention layer made with dropout > 0. The blocks of
+    KerasHub hands its blocks' one `dropout` to the attention layers (whose
+    dropout on the softmax weights the blocks use) and the residual dropouts
+    alike, at construction. The blocks of
     this package therefore build with the attention dropout and then get
     their residual dropouts here (a `Dropout` made with rate 0 has no seed
     state, so its rate cannot simply be raised). Call it from `build`, before
@@ -71,20 +77,20 @@ def attention_layers(block: keras.layers.Layer, names: tuple[str, ...]) -> list:
     return [getattr(block, name) for name in names if getattr(block, name, None) is not None]
 
 
-def decoder_attention_norms(block: keras.layers.Layer) -> tuple:
-    """The self-attention and cross-attention `LayerNormalization` layers of a
-    built KerasHub `TransformerDecoder` (pictures of attention need the
-    cross-attention's query, which the block does not return)."""
-    return tuple(getattr(block, name) for name in DECODER_ATTENTION_NORMS)
-
-
 def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
     """The learning rate the optimizer's next update uses (schedules included).
 
-    `optimizer.learning_rate` evaluates a schedule at `iterations`, which
-    counts micro-batches under gradient accumulation; Keras' own helper is
-    what its updates use.
+    Keras evaluates a schedule at its micro-batch counter (`_iterations`) and,
+    under gradient accumulation over N micro-batches, updates at the N-th
+    micro-batch of each group only: the next update's rate is the schedule's
+    at that micro-batch, not at the counter's value now.
     """
+    schedule = optimizer._learning_rate
+    if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+        micro_batches = optimizer.gradient_accumulation_steps or 1
+        # `iterations` counts updates made; the next is the last micro-batch of the next group.
+        next_update = (keras.ops.convert_to_numpy(optimizer.iterations) + 1) * micro_batches - 1
+        return float(keras.ops.convert_to_numpy(schedule(next_update)))
     return float(keras.ops.convert_to_numpy(optimizer._get_current_learning_rate()))
 
 
@@ -98,15 +104,16 @@ BLOCK_SUBLAYERS = {
     "ffn_inner": "_feedforward_intermediate_dense",
     "ffn_outer": "_feedforward_output_dense",
     "ffn_norm": "_feedforward_layer_norm",
+    "self_attention_dropout": "_self_attention_dropout",
+    "cross_attention_dropout": "_cross_attention_dropout",
+    "ffn_dropout": "_feedforward_dropout",
 }
 
 
 def block_sublayers(block: keras.layers.Layer) -> dict:
     """The built sublayers of a KerasHub encoder or decoder block, by role."""
     return {
-        role: getattr(block, name)
-        for role, name in BLOCK_SUBLAYERS.items()
-        if getattr(block, name, None) is not None
+        role: getattr(block, name) for role, name in BLOCK_SUBLAYERS.items() if getattr(block, name, None) is not None
     }
 
 
@@ -120,6 +127,12 @@ def attention_projections(attention: keras.layers.MultiHeadAttention) -> dict:
     }
 
 
+def attention_weights_dropout(attention: keras.layers.MultiHeadAttention) -> keras.layers.Layer:
+    """The dropout a `MultiHeadAttention` layer applies to its softmax
+    weights, made with the layer's `dropout` rate (0: no dropout there)."""
+    return attention._dropout_layer
+
+
 def projection_kernels(attention: keras.layers.MultiHeadAttention) -> dict:
     """W^Q, W^K, W^V and W^O of a built `MultiHeadAttention`, by name."""
     return {
@@ -128,7 +141,6 @@ def projection_kernels(attention: keras.layers.MultiHeadAttention) -> dict:
         "value": attention._value_dense.kernel,
         "output": attention._output_dense.kernel,
     }
-
 
 
 def add_special_token(tokenizer, piece: str, name: str) -> None:
@@ -146,3 +158,47 @@ def update_special_token_ids(tokenizer) -> None:
 def sentence_piece_op(tokenizer):
     """The `tf_text.SentencepieceTokenizer` inside a KerasHub tokenizer, or None."""
     return getattr(tokenizer, "_sentence_piece", None)
+
+
+# `transformers` model types this package loads, and their loaders.
+TRANSFORMERS_LOADERS: dict[str, type[PresetLoader]] = {}
+
+
+class _TransformersPresetLoader(_transformers_preset_loader.TransformersPresetLoader):
+    """KerasHub's loader of `transformers` checkpoints, which hands the model
+    types in `TRANSFORMERS_LOADERS` to their own loaders."""
+
+    def __new__(cls, preset, config):
+        loader_cls = TRANSFORMERS_LOADERS.get(config.get("model_type"))
+        if loader_cls is None:
+            return super().__new__(cls)
+        # Not an instance of `cls`, so Python does not run `__init__` on it again.
+        return loader_cls(preset, config)
+
+
+def register_transformers_loader(model_type: str, loader_cls: type[PresetLoader]) -> None:
+    """Makes KerasHub load `transformers` checkpoints of `model_type` with `loader_cls`.
+
+    KerasHub's `from_preset` (of `Backbone`, `Seq2SeqLM`, `Tokenizer`, ...)
+    asks `get_preset_loader` for a loader; for a `config.json` with a
+    `model_type` that is `TransformersPresetLoader(preset, config)`, looked
+    up in its module at each call. Put there, a subclass that hands the
+    registered model types to their loaders keeps every KerasHub converter
+    and adds this package's; the converter is chosen by the checkpoint's
+    model type, whichever class `from_preset` is called on.
+    """
+    if not issubclass(loader_cls, PresetLoader):
+        raise TypeError(f"loader_cls must be a KerasHub PresetLoader subclass; got {loader_cls!r}.")
+    TRANSFORMERS_LOADERS[model_type] = loader_cls
+    _transformers_preset_loader.TransformersPresetLoader = _TransformersPresetLoader
+
+
+def preset_config(preset: str) -> dict:
+    """The `config.json` of `preset` (a folder or an `hf://` handle), fetched
+    as KerasHub's `from_preset` fetches it to choose a loader.
+
+    Raises:
+        OSError: the file is missing or cannot be fetched.
+        ValueError: the handle is malformed, or the file is not JSON.
+    """
+    return _preset_utils.load_json(preset, CONFIG_FILE)

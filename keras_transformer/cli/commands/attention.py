@@ -29,13 +29,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sentence", help="one sentence to translate")
     parser.add_argument("--preset", required=True, help="a preset name, a preset directory, or an hf:// handle")
     parser.add_argument("--out", required=True, help="the picture to write (.png, .svg, .pdf)")
-    parser.add_argument("--layer", type=int, default=-1, help="decoder (or encoder) layer from 0; -1, the default, is the last")
     parser.add_argument(
-        "--heads", type=_heads, default=None, metavar="all|I,J,...",
+        "--layer", type=int, default=-1, help="decoder (or encoder) layer from 0; -1, the default, is the last"
+    )
+    parser.add_argument(
+        "--heads",
+        type=_heads,
+        default=None,
+        metavar="all|I,J,...",
         help="encoder-decoder attention heads to draw, e.g. 0,1 (default: all)",
     )
     parser.add_argument(
-        "--encoder-self-attention", action="store_true",
+        "--encoder-self-attention",
+        action="store_true",
         help="draw the encoder's self-attention of one head (--head) instead",
     )
     parser.add_argument("--head", type=int, default=0, help="the head of --encoder-self-attention (default 0)")

@@ -17,19 +17,23 @@ import os
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", help="the --out folder of `keras-transformer train`")
-    parser.add_argument("--last", type=int, default=5, help="average this many newest checkpoints (paper: 5 base, 20 big)")
+    parser.add_argument(
+        "--last", type=int, default=5, help="average this many newest checkpoints (paper: 5 base, 20 big)"
+    )
     parser.add_argument("--out", required=True, help="the preset folder to write")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     parser.add_argument(
-        "--weights-dtype", choices=("float32", "float16"), default="float32",
+        "--weights-dtype",
+        choices=("float32", "float16"),
+        default="float32",
         help="store the weights in this dtype (float16 halves the files; they load as float32)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_transformer.utils.errors import UserError
-    from keras_transformer.training.run_folder import CHECKPOINT_DIR, RUN_FILE, VOCABULARY_FILE
     from keras_transformer.training import checkpoints
+    from keras_transformer.training.run_folder import CHECKPOINT_DIR, RUN_FILE, VOCABULARY_FILE
+    from keras_transformer.utils.errors import UserError
 
     if args.last < 1:
         raise UserError(f"--last must be at least 1; got {args.last}.")
@@ -51,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     model.set_weights(weights)
     weights_dtype = None if args.weights_dtype == "float32" else args.weights_dtype
     model.save_to_preset(args.out, weights_dtype=weights_dtype)  # atomic: a temporary folder, then a rename
-    print(f"averaged {len(paths)} checkpoints ({os.path.basename(paths[0])} .. {os.path.basename(paths[-1])}) into {args.out}.")
+    first, last = os.path.basename(paths[0]), os.path.basename(paths[-1])
+    print(f"averaged {len(paths)} checkpoints ({first} .. {last}) into {args.out}.")
     return 0
 
 
@@ -61,4 +66,3 @@ def _model(run_config: dict, vocabulary: str):
 
     max_length = run_config["arguments"]["max_length"]
     return build_model(run_config["backbone"], TransformerTokenizer(proto=vocabulary), max_length)
-

@@ -17,6 +17,8 @@ import json
 import re
 from pathlib import Path
 
+from keras_transformer.cli.search_options import add_search_arguments, search_settings
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("preset", help="a preset name, a preset directory, or an hf:// handle")
@@ -37,11 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="language code of the references, for Moses' rules (default: from --ref's "
         "suffix, e.g. 'de' for test.de or test.de.gz)",
     )
-    parser.add_argument("--beam-size", type=int, default=4, help="beams per sentence (default 4, the paper's)")
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent (default 0.6)")
-    parser.add_argument(
-        "--max-extra-length", type=int, default=50, help="at most source length + this many tokens (default 50)"
-    )
+    add_search_arguments(parser)
     parser.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default 32)")
     parser.add_argument("--output", help="write the translations here, one a line")
     parser.add_argument("--json", help="write the scores and settings here as JSON")
@@ -50,11 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from keras_transformer import Transformer
-    from keras_transformer.utils.files import read_lines
     from keras_transformer.training.evaluation import evaluate_model
+    from keras_transformer.utils.files import read_lines
 
-    if args.beam_size < 1:
-        raise ValueError(f"--beam-size must be at least 1; got {args.beam_size}.")
+    search = search_settings(args)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1; got {args.batch_size}.")
     sources = list(read_lines(args.src))
@@ -76,9 +73,7 @@ def run(args: argparse.Namespace) -> int:
     target_language = args.target_language or _language_from_suffix(args.ref)
     if target_language is None:
         if lowercase_tokenized:
-            raise ValueError(
-                f"Cannot tell the target language from {args.ref}'s name: pass --target-language."
-            )
+            raise ValueError(f"Cannot tell the target language from {args.ref}'s name: pass --target-language.")
         target_language = "en"  # unused: only the Moses tokenizer needs a language.
 
     model = Transformer.from_preset(args.preset)
@@ -86,9 +81,7 @@ def run(args: argparse.Namespace) -> int:
         model,
         sources,
         references,
-        beam_size=args.beam_size,
-        alpha=args.alpha,
-        max_extra_length=args.max_extra_length,
+        search=search,
         batch_size=args.batch_size,
         lowercase_tokenized=lowercase_tokenized,
         target_language=target_language,

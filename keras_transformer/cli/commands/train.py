@@ -16,15 +16,14 @@ Example, Multi30k's Transformer-Tiny recipe:
 """
 
 import argparse
-import contextlib
-import importlib.util
 import json
-import math
 import os
 import warnings
 
 from keras_transformer.presets.catalog import ARCHITECTURES
-from keras_transformer.training.run_folder import CHECKPOINT_DIR, RUN_FILE, VOCABULARY_FILE, build_model
+from keras_transformer.training.recipe import TrainingRecipe
+from keras_transformer.training.run_folder import RUN_FILE, VOCABULARY_FILE, build_model
+from keras_transformer.training.trainer import CHECKPOINT_MINUTES
 
 ARCHITECTURE_FLAGS = {
     "layers": "num_layers",
@@ -38,15 +37,39 @@ ARCHITECTURE_FLAGS = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("data")
-    data.add_argument("--src", required=True, help="source sentences, one a line (plain or .gz); a TSV file without --tgt")
+    data.add_argument(
+        "--src", required=True, help="source sentences, one a line (plain or .gz); a TSV file without --tgt"
+    )
     data.add_argument("--tgt", help="target sentences, line-aligned with --src")
     data.add_argument("--valid-src", help="validation source sentences (or a TSV file without --valid-tgt)")
     data.add_argument("--valid-tgt", help="validation target sentences")
-    data.add_argument("--skip-bad", action="store_true", help="skip and count empty or undecodable lines and unpaired lines, instead of stopping")
-    data.add_argument("--vocabulary", help="an existing SentencePiece .spm vocabulary; default: train one on the training data")
-    data.add_argument("--vocab-size", type=int, default=37000, help="size of the shared vocabulary to train (paper, English-German: 37000)")
-    data.add_argument("--max-length", type=int, default=256, help="longest sequence in tokens; longer pairs are dropped and counted (default 256)")
-    data.add_argument("--tokens-per-batch", type=int, default=25000, help="about this many source and as many target tokens per batch (paper: 25000; with --accumulate, per micro-batch)")
+    data.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="skip and count empty or undecodable lines and unpaired lines, instead of stopping",
+    )
+    data.add_argument(
+        "--vocabulary", help="an existing SentencePiece .spm vocabulary; default: train one on the training data"
+    )
+    data.add_argument(
+        "--vocab-size",
+        type=int,
+        default=37000,
+        help="size of the shared vocabulary to train (paper, English-German: 37000)",
+    )
+    data.add_argument(
+        "--max-length",
+        type=int,
+        default=256,
+        help="longest sequence in tokens; longer pairs are dropped and counted (default 256)",
+    )
+    data.add_argument(
+        "--tokens-per-batch",
+        type=int,
+        default=25000,
+        help="about this many source and as many target tokens per batch "
+        "(paper: 25000; with --accumulate, per micro-batch)",
+    )
 
     model = parser.add_argument_group("model (flags override --preset and --config)")
     model.add_argument("--preset", help=f"architecture: {', '.join(ARCHITECTURES)} or a KerasHub preset")
@@ -56,28 +79,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--ff-dim", type=int, help="d_ff")
     model.add_argument("--heads", type=int, help="attention heads (h)")
     model.add_argument("--dropout", type=float, help="P_drop")
-    model.add_argument("--attention-dropout", type=float, help="dropout on attention weights (default 0, as in the paper)")
+    model.add_argument(
+        "--attention-dropout", type=float, help="dropout on attention weights (default 0, as in the paper)"
+    )
 
     recipe = parser.add_argument_group("training")
     recipe.add_argument("--max-steps", type=int, default=100_000, help="optimizer updates (paper: 100000 base)")
-    recipe.add_argument("--warmup-steps", type=int, default=4000, help="linear warmup (paper: 4000)")
-    recipe.add_argument("--peak-lr", type=float, help="the highest learning rate; default: the paper's d_model^-0.5 * warmup^-0.5")
-    recipe.add_argument("--label-smoothing", type=float, default=0.1, help="eps_ls (paper: 0.1)")
+    recipe.add_argument(
+        "--warmup-steps", type=int, default=TrainingRecipe.warmup_steps, help="linear warmup (paper: %(default)s)"
+    )
+    recipe.add_argument(
+        "--peak-lr", type=float, help="the highest learning rate; default: the paper's d_model^-0.5 * warmup^-0.5"
+    )
+    recipe.add_argument(
+        "--label-smoothing", type=float, default=TrainingRecipe.label_smoothing, help="eps_ls (paper: %(default)s)"
+    )
     recipe.add_argument("--accumulate", type=int, default=1, help="micro-batches per update (gradient accumulation)")
     recipe.add_argument("--dtype", choices=("float32", "mixed_bfloat16", "mixed_float16"), default="float32")
     recipe.add_argument("--strategy", choices=("none", "mirrored", "jax-data-parallel"), default="none")
     recipe.add_argument("--seed", type=int, default=1)
-    recipe.add_argument("--coordinator", help="multi-host JAX: host:port of process 0 (with --strategy jax-data-parallel)")
+    recipe.add_argument(
+        "--coordinator", help="multi-host JAX: host:port of process 0 (with --strategy jax-data-parallel)"
+    )
     recipe.add_argument("--num-processes", type=int, default=1, help="multi-host JAX: number of processes")
-    recipe.add_argument("--process-id", type=int, default=0, help="multi-host JAX: this process (0 writes the run folder)")
+    recipe.add_argument(
+        "--process-id", type=int, default=0, help="multi-host JAX: this process (0 writes the run folder)"
+    )
     recipe.add_argument("--checkpoint-every-steps", type=int, help="save every this many updates")
-    recipe.add_argument("--checkpoint-every-minutes", type=float, default=10.0, help="save every this many minutes (paper: 10; 0 turns it off)")
-    recipe.add_argument("--valid-bleu-sentences", type=int, default=200, help="validation pairs translated (greedy) for the BLEU curve at each validation; 0 turns it off")
+    recipe.add_argument(
+        "--checkpoint-every-minutes",
+        type=float,
+        default=CHECKPOINT_MINUTES,
+        help="save every this many minutes (paper: %(default)s; 0 turns it off)",
+    )
+    recipe.add_argument(
+        "--valid-bleu-sentences",
+        type=int,
+        default=200,
+        help="validation pairs translated (greedy) for the BLEU curve at each validation; 0 turns it off",
+    )
     recipe.add_argument("--keep-checkpoints", type=int, help="keep only the newest this many checkpoints")
     recipe.add_argument("--valid-every", type=int, default=1000, help="updates between validations and curve points")
     recipe.add_argument("--log-every", type=int, default=100, help="updates between TensorBoard scalars")
     recipe.add_argument("--out", required=True, help="the run folder; an existing run there is resumed")
-    recipe.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Keras verbosity: 0 silent, 1 progress bar, 2 one line per validation")
+    recipe.add_argument(
+        "--verbose",
+        type=int,
+        default=1,
+        choices=(0, 1, 2),
+        help="Keras verbosity: 0 silent, 1 progress bar, 2 one line per validation",
+    )
 
 
 def resolve_architecture(args: argparse.Namespace) -> dict:
@@ -98,7 +149,12 @@ def resolve_architecture(args: argparse.Namespace) -> dict:
         config.setdefault("num_decoder_layers", layers)
     missing = [
         flag
-        for flag, key in (("--layers", "num_encoder_layers"), ("--hidden-dim", "hidden_dim"), ("--ff-dim", "intermediate_dim"), ("--heads", "num_heads"))
+        for flag, key in (
+            ("--layers", "num_encoder_layers"),
+            ("--hidden-dim", "hidden_dim"),
+            ("--ff-dim", "intermediate_dim"),
+            ("--heads", "num_heads"),
+        )
         if key not in config
     ]
     if missing:
@@ -144,10 +200,8 @@ def _read(source, target, skip_bad, what):
 def run(args: argparse.Namespace) -> int:
     import keras
 
-    from keras_transformer import LabelSmoothedCrossEntropy
     from keras_transformer.training import data, distribution
-    from keras_transformer.training import checkpoints
-    from keras_transformer.training.callbacks import StopAtStep, TrainingMonitor, ValidationBleu
+    from keras_transformer.training.run_folder import run_trainer
 
     if args.coordinator:
         # Before anything touches a JAX device.
@@ -158,14 +212,7 @@ def run(args: argparse.Namespace) -> int:
     keras.utils.set_random_seed(args.seed)
     if args.accumulate < 1:
         raise ValueError(f"--accumulate must be at least 1; got {args.accumulate}.")
-    if args.accumulate > 1 and args.strategy == "mirrored":
-        # GlobalTokenMean weighs tokens across replicas, weight_by_update
-        # across micro-batches; the two are not combined (and could not be
-        # tested here without several GPUs).
-        raise ValueError(
-            "--accumulate with --strategy mirrored is not supported: raise "
-            "--tokens-per-batch instead, or use --strategy jax-data-parallel."
-        )
+    trainer = run_trainer(args.out, vars(args), chief=chief)
     architecture = resolve_architecture(args)
     os.makedirs(args.out, exist_ok=True)
     run_file = os.path.join(args.out, RUN_FILE)
@@ -203,101 +250,40 @@ def run(args: argparse.Namespace) -> int:
     }
     if chief:
         with open(run_file + ".tmp", "w") as f:
-            json.dump({"backbone": backbone_config, "arguments": {k: v for k, v in vars(args).items() if k != "run"}}, f, indent=2, default=str)
+            json.dump(
+                {"backbone": backbone_config, "arguments": {k: v for k, v in vars(args).items() if k != "run"}},
+                f,
+                indent=2,
+                default=str,
+            )
         os.replace(run_file + ".tmp", run_file)
 
-    checkpoint_dir = os.path.join(args.out, CHECKPOINT_DIR)
-    with _dtype_policy(args.dtype), distribution.training_scope(args.strategy) as scope:
-        replicas = distribution.num_replicas(scope)
+    with trainer.scope():
         model = build_model(backbone_config, tokenizer, args.max_length)
-        loss = "auto"
-        if args.accumulate > 1:
-            # Weighted by the tokens of the whole update (data.weight_by_update).
-            loss = LabelSmoothedCrossEntropy(args.label_smoothing, reduction="sum")
-        elif args.strategy == "mirrored":
-            loss = distribution.GlobalTokenMean(LabelSmoothedCrossEntropy(args.label_smoothing))
-        compile_model(model, args, loss=loss)
-        step = 0
-        last = checkpoints.latest_checkpoint(checkpoint_dir)
-        if last:
-            step = checkpoints.restore_checkpoint(model, last)
-            print(f"resuming from {last} at step {step}.")
+        trainer.compile(model)
+        step = trainer.resume(model)
         if step >= args.max_steps:
             print(f"{args.out} has already reached step {step} (--max-steps {args.max_steps}).")
             return 0
-
         # Every batch splits evenly over the devices.
         train_data = data.token_batches(
-            train_pairs, args.tokens_per_batch, repeat=True, seed=args.seed + step, batch_multiple=replicas
+            train_pairs, args.tokens_per_batch, repeat=True, seed=args.seed + step, batch_multiple=trainer.replicas
         )
-        if args.accumulate > 1:
-            train_data = data.weight_by_update(train_data, args.accumulate)
-        train_data = distribution.prepare_dataset(train_data, args.strategy)
         valid_data = None
         if valid_pairs:
             valid_data = data.token_batches(
-                valid_pairs, args.tokens_per_batch, shuffle=False,
-                batch_multiple=replicas, drop_remainder=replicas > 1,
+                valid_pairs,
+                args.tokens_per_batch,
+                shuffle=False,
+                batch_multiple=trainer.replicas,
+                drop_remainder=trainer.replicas > 1,
             )
-            valid_data = data.with_batch_count(distribution.prepare_dataset(valid_data, args.strategy))
-        saver = checkpoints.PeriodicCheckpoint(
-            checkpoint_dir,
-            every_steps=args.checkpoint_every_steps,
-            every_minutes=args.checkpoint_every_minutes or None,
-            keep=args.keep_checkpoints,
-        )
-        nan_guard = checkpoints.StopOnNaN(saver)
-        monitor = TrainingMonitor(args.out if chief else None)
-        callbacks = [nan_guard, StopAtStep(args.max_steps), monitor]
-        if chief and valid and args.valid_bleu_sentences:
-            callbacks.insert(-1, ValidationBleu(*valid, max_sentences=args.valid_bleu_sentences))
-        if chief:
-            callbacks.insert(0, saver)
-            if importlib.util.find_spec("tensorboard"):
-                callbacks.append(
-                    keras.callbacks.TensorBoard(
-                        os.path.join(args.out, "logs"), update_freq=args.log_every * args.accumulate
-                    )
-                )
-            else:
-                print("TensorBoard is not installed (pip install tensorboard): no TensorBoard logs.")
-        # One "epoch" is --valid-every updates: a validation and a curve point.
-        initial_epoch = step // args.valid_every
-        epochs = initial_epoch + math.ceil((args.max_steps - step) / args.valid_every)
-        model.fit(
-            train_data,
-            validation_data=valid_data,
-            steps_per_epoch=args.valid_every * args.accumulate,
-            initial_epoch=initial_epoch,
-            epochs=epochs,
-            callbacks=callbacks,
-            verbose=args.verbose,
-            shuffle=False,  # token_batches shuffles
-        )
-    if nan_guard.message:
-        raise ValueError(nan_guard.message)
+        result = trainer.fit(model, train_data, valid_data, step=step, valid_texts=valid)
     print(
-        f"trained to step {int(keras.ops.convert_to_numpy(model.optimizer.iterations))} at "
-        f"{monitor.tokens_per_second:.0f} target tokens/s; last checkpoint {saver.last_path}."
+        f"trained to step {result.step} at {result.tokens_per_second:.0f} target tokens/s; "
+        f"last checkpoint {result.last_checkpoint}."
     )
     return 0
-
-
-@contextlib.contextmanager
-def _dtype_policy(name: str):
-    """Sets Keras' global dtype policy for the block, then restores it.
-
-    The global policy (not only the backbone's) makes `compile()` wrap the
-    optimizer in a `LossScaleOptimizer` for `mixed_float16`.
-    """
-    import keras
-
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(name)
-    try:
-        yield
-    finally:
-        keras.config.set_dtype_policy(previous)
 
 
 def _vocabulary(args, sentences, write=True):
@@ -323,28 +309,3 @@ def _vocabulary(args, sentences, write=True):
         f.write(tokenizer.proto)
     os.replace(path + ".tmp", path)
     return tokenizer
-
-
-def compile_model(model, args, loss="auto") -> None:
-    """The paper's Adam and schedule, with --peak-lr and --accumulate."""
-    from keras_transformer import MaskedAccuracy, TransformerSchedule, paper_optimizer
-    from keras_transformer.training import TargetTokens
-
-    hidden_dim = model.backbone.hidden_dim
-    scale = 1.0
-    if args.peak_lr:
-        scale = TransformerSchedule.with_peak(args.peak_lr, args.warmup_steps, hidden_dim).scale
-    accumulation = {}
-    warmup = args.warmup_steps
-    if args.accumulate > 1:
-        # Keras feeds the schedule the micro-batch count, not the update count.
-        # The inverse-sqrt curve with N times the warmup and sqrt(N) times the
-        # scale, at micro-batch k*N, equals the original curve at update k.
-        warmup, scale = warmup * args.accumulate, scale * math.sqrt(args.accumulate)
-        accumulation = {"gradient_accumulation_steps": args.accumulate}
-    model.compile(
-        optimizer=paper_optimizer(hidden_dim, warmup, scale, **accumulation),
-        loss=loss,
-        label_smoothing=args.label_smoothing,
-        weighted_metrics=[MaskedAccuracy(), TargetTokens()],
-    )

@@ -1,0 +1,56 @@
+"""Helpers shared by the tests: the repository's root, a tiny parallel corpus
+and the tiny models built from it. Fixtures live in conftest.py.
+
+pytest puts tests/ on the import path, so a test module imports them as
+`from helpers import PAIRS, make_model`; a test's subprocess adds tests/ to
+`sys.path` first. Importing this module imports neither Keras nor the library
+(tests/distributed_worker.py configures devices before either starts).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import keras_transformer as kt
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+PAIRS = [
+    ("a dog runs .", "ein hund rennt ."),
+    ("a cat sleeps .", "eine katze schläft ."),
+    ("two dogs play .", "zwei hunde spielen ."),
+    ("a man walks .", "ein mann geht ."),
+    ("a woman sings .", "eine frau singt ."),
+    ("two cats play .", "zwei katzen spielen ."),
+]
+
+TINY_CONFIG = dict(
+    num_encoder_layers=2,
+    num_decoder_layers=2,
+    num_heads=2,
+    hidden_dim=16,
+    intermediate_dim=32,
+    dropout=0.0,
+    max_sequence_length=64,
+)
+
+
+def make_model(tokenizer: kt.TransformerTokenizer, sequence_length: int = 16, **overrides) -> kt.Transformer:
+    """A tiny Transformer with a preprocessor; `overrides` change `TINY_CONFIG`."""
+    import keras_transformer as kt
+
+    config = {**TINY_CONFIG, **overrides}
+    backbone = kt.TransformerBackbone(vocabulary_size=tokenizer.vocabulary_size(), **config)
+    preprocessor = kt.TransformerPreprocessor(tokenizer, sequence_length, sequence_length)
+    return kt.Transformer(backbone=backbone, preprocessor=preprocessor)
+
+
+def random_algorithms(concrete_function) -> set[int]:
+    """The `alg` inputs of the uniform random ops in a traced TensorFlow
+    graph (1 = Philox, 2 = Threefry, 3 = the device's default: Philox on CPU)."""
+    import tensorflow as tf
+
+    ops_found = concrete_function.graph.get_operations()
+    return {int(tf.get_static_value(op.inputs[3])) for op in ops_found if op.type == "StatelessRandomUniformV2"}
