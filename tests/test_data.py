@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from keras_transformer.training import data
+from keras_transformer.utils.files import read_lines
 
 
 def write(path, lines, raw=False):
@@ -39,7 +40,7 @@ def test_bad_utf8_names_file_and_line(tmp_path):
     with pytest.raises(ValueError, match=r"a\.de, line 2: not valid UTF-8"):
         data.read_parallel(source, target)
     with pytest.raises(ValueError, match=r"a\.de, line 2"):
-        list(data.read_lines(target))
+        list(read_lines(target))
     sources, targets, report = data.read_parallel(source, target, skip_bad=True)
     assert (sources, targets) == (["one", "three"], ["eins", "drei"])
     assert report.undecodable == 1

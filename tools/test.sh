@@ -9,8 +9,8 @@ status=0
 # Lint and format first (configured in pyproject.toml): seconds, and a finding
 # fails the run. `ruff check --fix .` and `ruff format .` fix most.
 echo "=== ruff"
-ruff check . || status=1
-ruff format --check . || status=1
+python -m ruff check . || status=1
+python -m ruff format --check . || status=1
 # The fast tests compile hundreds of tiny programs that each run for
 # milliseconds, mostly on one core: XLA skips LLVM's optimisations there (the
 # same programs, less optimised machine code) and pytest-xdist runs a test
