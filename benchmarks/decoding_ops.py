@@ -14,14 +14,18 @@ events are summed by role:
 - **feed-forward**, **attention projections** (W^Q, W^K, W^V, W^O): the
   decoder's dense layers, one row per hypothesis;
 - **attention products**: `Q K^T` and the weighted sum of the values;
-- **other work in the loop**: softmaxes, layer norms, cache writes and the
-  search's own bookkeeping (top-k, finished pool);
+- **other work in the loop**: softmaxes, layer norms, cache writes, the
+  search's own work (log-softmax, top-k, finished pool) and what XLA added
+  itself (split reductions, copies);
 - **once per batch**: everything outside the decoding loop (the encoder,
   the cross-attention keys and values, the first step).
 
 A fusion that XLA hands to YNNPACK as a whole is counted by the matrix
-product inside it, if it holds one. The events cover the whole call when the
-operations run one after another, as here; `covered` says how much.
+product inside it, if it holds one. `--top N` also lists the N model
+operations that took longest (`while/LogSoftmax`, `while/TopKV2`, ...),
+each with all the XLA operations it became. The events cover the whole
+call when the operations run one after another, as here; `covered` says
+how much.
 """
 
 from __future__ import annotations
@@ -75,21 +79,30 @@ def role_of(op_name: str, is_matrix_product: bool) -> str:
     return "other work in the loop"
 
 
-def operation_roles(program: str) -> dict[str, str]:
-    """Operation name -> role, for every operation of an optimised HLO module."""
-    bodies = dict(re.findall(r"^(%[\w.\-]+) \(.*?\n(.*?)\n\}", program, flags=re.S | re.M))
-    roles = {}
-    for name, opcode, rest in re.findall(r"^\s*(?:ROOT )?%([\w.\-]+) = \S+ ([\w\-]+)\((.*)$", program, flags=re.M):
-        metadata = re.search(r'op_name="([^"]+)"', rest)
-        op_name = metadata.group(1) if metadata else ""
-        is_matrix_product = opcode in ("dot", "convolution")
-        called = re.search(r"calls=(%[\w.\-]+)", rest)
-        if opcode == "fusion" and called and called.group(1) in bodies:
-            inner = re.search(r" dot\(.*?op_name=\"([^\"]+)\"", bodies[called.group(1)])
-            if inner:
-                op_name, is_matrix_product = inner.group(1), True
-        roles[name] = role_of(op_name, is_matrix_product)
-    return roles
+def operation_origins(program: str) -> dict[str, tuple[str, bool]]:
+    """Operation name -> (the model operation it came from, whether it is a
+    matrix product), for every operation of an optimised HLO module. An
+    operation that XLA made without naming a model operation (a reduction
+    it split, a copy) is named after itself, inside the loop if its
+    computation is the loop's."""
+    computations = re.findall(r"^(?:ENTRY )?(%[\w.\-]+) \(.*?\n(.*?)\n\}", program, flags=re.S | re.M)
+    bodies = dict(computations)
+    in_loop = set(re.findall(r"\b(?:body|condition)=(%[\w.\-]+)", program))
+    origins = {}
+    for computation, body in computations:
+        for name, opcode, rest in re.findall(r"^\s*(?:ROOT )?%([\w.\-]+) = \S+ ([\w\-]+)\((.*)$", body, flags=re.M):
+            metadata = re.search(r'op_name="([^"]+)"', rest)
+            op_name = metadata.group(1) if metadata else ""
+            is_matrix_product = opcode in ("dot", "convolution")
+            called = re.search(r"calls=(%[\w.\-]+)", rest)
+            if opcode == "fusion" and called and called.group(1) in bodies:
+                inner = re.search(r" dot\(.*?op_name=\"([^\"]+)\"", bodies[called.group(1)])
+                if inner:
+                    op_name, is_matrix_product = inner.group(1), True
+            if not op_name:
+                op_name = f"while/{name}" if computation in in_loop else name
+            origins[name] = (op_name, is_matrix_product)
+    return origins
 
 
 def event_times(logdir: str) -> collections.Counter:
@@ -135,6 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--beam-size", type=int, default=4, help="1: greedy search")
     parser.add_argument("--calls", type=int, default=5, help="profiled decoding calls, after two unprofiled ones")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--top", type=int, default=0, help="also list the N costliest model operations")
     parser.add_argument("--workdir", type=Path, default=REPO_ROOT / "benchmarks" / ".work")
     args = parser.parse_args(argv)
     backend = os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -174,11 +188,12 @@ def profile(args: argparse.Namespace, backend: str, dump: str, logdir: str) -> N
     programs = glob.glob(os.path.join(dump, "*after_optimizations.txt"))
     if not programs:
         raise SystemExit(f"XLA wrote no optimised program to {dump}: was the search compiled?")
-    roles = operation_roles(max((Path(p).read_text() for p in programs), key=len))
-    by_role = collections.Counter()
+    origins = operation_origins(max((Path(p).read_text() for p in programs), key=len))
+    by_role, by_origin = collections.Counter(), collections.Counter()
     for name, seconds in event_times(logdir).items():
-        if name in roles:  # an operation, not a call or a wait around them
-            by_role[roles[name]] += seconds / args.calls
+        if name in origins:  # an operation, not a call or a wait around them
+            by_role[role_of(*origins[name])] += seconds / args.calls
+            by_origin[origins[name][0]] += seconds / args.calls
     covered = sum(by_role.values())
     if not covered:
         raise SystemExit(
@@ -195,6 +210,12 @@ def profile(args: argparse.Namespace, backend: str, dump: str, logdir: str) -> N
     for role in ROLES:
         ms = by_role[role] * 1e3
         print(f"| {role} | {ms:.1f} | {ms / NEW_TOKENS:.2f} | {by_role[role] / covered:.0%} |")
+    if args.top:
+        print(f"\nThe {args.top} costliest model operations (XLA's operations summed by the one they came from):")
+        print("| model operation | ms per call | share |")
+        print("| --- | --- | --- |")
+        for origin, seconds in by_origin.most_common(args.top):
+            print(f"| {origin} | {seconds * 1e3:.1f} | {seconds / covered:.1%} |")
 
 
 if __name__ == "__main__":

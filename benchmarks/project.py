@@ -68,7 +68,7 @@ def set_threads(threads: int) -> None:
 class ProjectImplementation:
     """`keras_transformer.Transformer` on the Marian checkpoint's weights."""
 
-    def __init__(self, checkpoint: Path, precision: str, threads: int):
+    def __init__(self, checkpoint: Path, precision: str, threads: int, jit_compile: bool | str = "auto"):
         from benchmarks.marian_weights import backbone_from_marian
 
         if precision not in PRECISIONS:
@@ -84,7 +84,12 @@ class ProjectImplementation:
         if precision == "int8":
             self.model.quantize("int8")
         self.load_s = time.perf_counter() - start
-        self.compiled = False
+        # `jit_compile` other than "auto" (a job's choice, e.g. TensorFlow's
+        # oneDNN kernels without XLA) holds for decoding and training alike.
+        self.jit_compile = jit_compile
+        self.compiled = jit_compile != "auto"
+        if self.compiled:
+            self.model.compile(jit_compile=jit_compile)
 
     def decode(self, workload: Decode) -> np.ndarray:
         n = workload.new_tokens
@@ -123,7 +128,7 @@ class ProjectImplementation:
         if self.precision == "int8":
             raise NotImplementedError("int8 is measured for inference only")
         if not self.compiled:
-            self.model.compile()  # the paper's recipe: Adam, warmup schedule, label smoothing 0.1
+            self.model.compile(jit_compile=self.jit_compile)  # the paper's recipe: Adam, warmup, label smoothing 0.1
             self.compiled = True
         arrays = workload.arrays()
         repeat = lambda a: np.tile(a, (steps, 1))  # noqa: E731

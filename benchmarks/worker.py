@@ -88,7 +88,7 @@ def make_implementation(job: dict) -> Implementation:
     if name == "project":
         from benchmarks.project import ProjectImplementation
 
-        return ProjectImplementation(checkpoint, job["precision"], threads)
+        return ProjectImplementation(checkpoint, job["precision"], threads, job.get("jit_compile", "auto"))
     if name == "hf":
         from benchmarks.peers import HuggingFace
 

@@ -36,6 +36,14 @@ TINY_CONFIG = dict(
     max_sequence_length=64,
 )
 
+# `keras-transformer train`'s flags for a tiny model and vocabulary, small
+# enough for a few copies of PAIRS; the corpus, run folder, steps and the
+# checkpoint and validation intervals are each test's own.
+TINY_TRAIN_ARGUMENTS = tuple(
+    "--layers 1 --hidden-dim 16 --ff-dim 32 --heads 2 --dropout 0 --vocab-size 64 --max-length 16 "
+    "--tokens-per-batch 64 --warmup-steps 4 --verbose 0".split()
+)
+
 
 def make_model(tokenizer: kt.TransformerTokenizer, sequence_length: int = 16, **overrides) -> kt.Transformer:
     """A tiny Transformer with a preprocessor; `overrides` change `TINY_CONFIG`."""

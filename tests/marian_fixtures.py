@@ -1,13 +1,15 @@
 """Small Marian (Opus-MT) checkpoints built on the spot, in the Hub's layout.
 
-Each checkpoint is a `transformers.MarianMTModel` with random weights whose
-`config.json` mirrors a real Opus-MT repo field by field, with SentencePiece
-models trained here and a `vocab.json` made as Marian's converter makes it:
-the pieces of both SentencePiece models in one map, `</s>`, `<unk>` and a
-trailing `<pad>` (id V - 1, also the decoder start). It is written into a
-folder laid out as huggingface_hub's cache (`models--org--name/snapshots/
-<revision>/...` plus `refs/main`), so that `hf://org/name` loads it offline
-through the same code path a user takes.
+Each checkpoint is a briefly trained `transformers.MarianMTModel` with
+SentencePiece models trained here and a `vocab.json` made as Marian's
+converter makes it: the pieces of both SentencePiece models in one map,
+`</s>`, `<unk>` and a trailing `<pad>` (id V - 1, also the decoder start).
+`transformers` writes its files (`save_pretrained` of the `MarianTokenizer`
+and of the model, whose `config.json` keeps the legacy fields real Opus-MT
+configs carry). `publish` copies it into a folder laid out as
+huggingface_hub's cache (`models--org--name/snapshots/<revision>/...` plus
+`refs/main`), so that `hf://org/name` loads it offline through the same
+code path a user takes.
 
 Two variants, as on the Hub:
 
@@ -16,9 +18,10 @@ Two variants, as on the Hub:
   the vocabulary (43311 of 53017 there), `<unk>` not 1.
 
 and four ways of storing the weights: `"safetensors"`, `"sharded"`
-(`model.safetensors.index.json`), `"h5"` (only `tf_model.h5`, written with
-h5py in the layout `transformers`' TensorFlow classes saved) and `"bin"`
-(only `pytorch_model.bin`, a pickle that must never be opened).
+(`model.safetensors.index.json`), `"h5"` (only `tf_model.h5`, in the layout
+`transformers`' TensorFlow classes saved) and `"bin"` (only
+`pytorch_model.bin`, a pickle that must never be opened). `transformers` 5
+writes safetensors only: the last two are made from its `model.safetensors`.
 
 `transformers` and `torch` are test-only dependencies: this module is the
 only place, with the tests, that imports them.
@@ -27,8 +30,8 @@ only place, with the tests, that imports them.
 import functools
 import io
 import json
-import pickle
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -70,18 +73,15 @@ LANGUAGE_TAGS = [">>deu<<", ">>eng<<", ">>nld<<"]
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 # The fields `transformers` no longer reads but every Opus-MT config.json
 # still carries: the converter must check them (e.g. normalize_before).
+# MarianConfig keeps them and `save_pretrained` writes them. (The real files'
+# generation fields, such as num_beams, `transformers` 5 no longer writes.)
 LEGACY_FIELDS = {
     "add_bias_logits": False,
     "add_final_layer_norm": False,
     "normalize_before": False,
     "normalize_embedding": False,
     "static_position_embeddings": True,
-    "extra_pos_embeddings": None,  # set to V below, as in the real files
     "classif_dropout": 0.0,
-    "num_hidden_layers": None,  # = encoder_layers
-    "architectures": ["MarianMTModel"],
-    "max_length": 512,
-    "num_beams": 4,
 }
 VARIANTS = {
     "base": dict(
@@ -187,6 +187,8 @@ def make_marian_model(variant: str, vocabulary: dict[str, int], seed: int = 0):
         attention_dropout=0.0,
         activation_dropout=0.0,
         init_std=0.2,  # 0.02 would make every logit nearly equal
+        extra_pos_embeddings=size,  # as in the real files
+        **LEGACY_FIELDS,
     )
     torch.manual_seed(seed)
     model = MarianMTModel(config).eval()
@@ -198,7 +200,42 @@ def make_marian_model(variant: str, vocabulary: dict[str, int], seed: int = 0):
     return model
 
 
-def train_briefly(model, folder: Path, steps: int = 150, seed: int = 0) -> None:
+def save_marian_tokenizer(
+    folder: Path,
+    source_proto: bytes,
+    target_proto: bytes,
+    vocabulary: dict[str, int],
+    target_vocabulary: dict[str, int] | None = None,
+    source_lang: str = "en",
+    target_lang: str = "de",
+):
+    """Writes `transformers`' `MarianTokenizer` of these SentencePiece models
+    and vocabularies (`target_vocabulary`: separate ones) into `folder`, with
+    `save_pretrained`, and returns it as read back from there."""
+    from transformers import MarianTokenizer
+
+    with tempfile.TemporaryDirectory() as inputs:
+        # The tokenizer's inputs, as Marian's converter hands them over.
+        inputs = Path(inputs)
+        (inputs / "source.spm").write_bytes(source_proto)
+        (inputs / "target.spm").write_bytes(target_proto)
+        (inputs / "vocab.json").write_text(json.dumps(vocabulary), "utf-8")
+        separate = target_vocabulary is not None
+        if separate:
+            (inputs / "target_vocab.json").write_text(json.dumps(target_vocabulary), "utf-8")
+        MarianTokenizer(
+            source_spm=str(inputs / "source.spm"),
+            target_spm=str(inputs / "target.spm"),
+            vocab=str(inputs / "vocab.json"),
+            target_vocab_file=str(inputs / "target_vocab.json") if separate else None,
+            separate_vocabs=separate,
+            source_lang=source_lang,
+            target_lang=target_lang,
+        ).save_pretrained(str(folder))
+    return MarianTokenizer.from_pretrained(str(folder))
+
+
+def train_briefly(model, tokenizer, steps: int = 150, seed: int = 0) -> None:
     """Fits the model to the fixture's sentence pairs for a few Adam steps.
 
     Random weights decode to one token repeated without end; a little
@@ -207,9 +244,7 @@ def train_briefly(model, folder: Path, steps: int = 150, seed: int = 0) -> None:
     `final_logits_bias` (a buffer, not trained) stays as it was.
     """
     import torch
-    from transformers import MarianTokenizer
 
-    tokenizer = MarianTokenizer.from_pretrained(str(folder))
     batch = tokenizer(SOURCE_SENTENCES, text_target=TARGET_SENTENCES, padding=True, return_tensors="pt")
     labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
     torch.manual_seed(seed)
@@ -220,19 +255,6 @@ def train_briefly(model, folder: Path, steps: int = 150, seed: int = 0) -> None:
         model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss.backward()
         optimizer.step()
     model.eval()
-
-
-def _real_config(model, variant: str) -> dict:
-    """The model's config.json with the fields a real Opus-MT file has."""
-    config = model.config.to_dict()
-    size = config["vocab_size"]
-    config.update(LEGACY_FIELDS)
-    config["extra_pos_embeddings"] = size
-    config["num_hidden_layers"] = config["encoder_layers"]
-    config["bad_words_ids"] = [[config["pad_token_id"]]]
-    config.pop("transformers_version", None)
-    config["transformers_version"] = "4.22.0.dev0"
-    return config
 
 
 def _tf_name(name: str) -> tuple[str, bool]:
@@ -289,24 +311,10 @@ class _Trap:
         return (Path.write_text, (self.marker, "unpickled"))
 
 
-def _write_tokenizer_files(folder: Path, source_proto: bytes, target_proto: bytes, vocabulary: dict) -> None:
-    (folder / "source.spm").write_bytes(source_proto)
-    (folder / "target.spm").write_bytes(target_proto)
-    (folder / "vocab.json").write_text(json.dumps(vocabulary, ensure_ascii=False, indent=2), "utf-8")
+def _write_model_card(folder: Path) -> None:
+    """README.md as the Hub's cards start (the converter copies its license)."""
     (folder / "README.md").write_text(
         "---\nlanguage:\n- en\n- de\ntags:\n- translation\nlicense: cc-by-4.0\n---\n# A tiny test model\n", "utf-8"
-    )
-    (folder / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "source_lang": "en",
-                "target_lang": "de",
-                "model_max_length": 512,
-                "tokenizer_class": "MarianTokenizer",
-                "separate_vocabs": False,
-            }
-        ),
-        "utf-8",
     )
 
 
@@ -314,15 +322,13 @@ def _write_tokenizer_files(folder: Path, source_proto: bytes, target_proto: byte
 def trained_checkpoint(variant: str, seed: int = 0):
     """`(source_proto, target_proto, vocabulary, model)`, built and trained
     once per variant and seed: every weights format stores the same model."""
-    import tempfile
-
     source_proto = train_sentencepiece(SOURCE_SENTENCES, 90)
     target_proto = train_sentencepiece(TARGET_SENTENCES, 90)
     vocabulary = make_vocabulary(source_proto, target_proto, VARIANTS[variant]["special_order"])
     model = make_marian_model(variant, vocabulary, seed)
     with tempfile.TemporaryDirectory() as folder:
-        _write_tokenizer_files(Path(folder), source_proto, target_proto, vocabulary)
-        train_briefly(model, Path(folder), seed=seed)
+        tokenizer = save_marian_tokenizer(Path(folder), source_proto, target_proto, vocabulary)
+    train_briefly(model, tokenizer, seed=seed)
     return source_proto, target_proto, vocabulary, model
 
 
@@ -333,7 +339,7 @@ def write_marian_repo(
     seed: int = 0,
     extra_lm_head: bool = False,
 ) -> dict:
-    """Writes a Marian checkpoint into `folder` (a plain `save_pretrained` folder).
+    """Writes a Marian checkpoint into `folder`, as `save_pretrained` writes it.
 
     Args:
         folder: created if needed.
@@ -348,57 +354,36 @@ def write_marian_repo(
         (for `"bin"`, also `"marker"`: the file unpickling would create).
     """
     import torch
-    from safetensors.numpy import save_file
+    from safetensors.numpy import load_file, save_file
 
+    if weights not in ("safetensors", "sharded", "h5", "bin"):
+        raise ValueError(f"unknown weights format {weights!r}")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     source_proto, target_proto, vocabulary, model = trained_checkpoint(variant, seed)
-    _write_tokenizer_files(folder, source_proto, target_proto, vocabulary)
-    state = {
-        k: v.detach().numpy().copy()
-        for k, v in model.state_dict().items()
-        if k not in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight")
-        and "embed_positions" not in k
-    }
-    if extra_lm_head:
-        state["lm_head.weight"] = state["model.shared.weight"] + 0.25
+    save_marian_tokenizer(folder, source_proto, target_proto, vocabulary)
+    _write_model_card(folder)
+    # Shards of half the float32 weights' bytes: two or more of them.
+    shards = {"max_shard_size": model.num_parameters() * 4 // 2} if weights == "sharded" else {}
+    model.save_pretrained(str(folder), **shards)
     result = {"model": model, "vocabulary": vocabulary, "folder": folder}
-    if weights == "safetensors":
-        save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
-    elif weights == "sharded":
-        names = sorted(state)
-        shards = [names[: len(names) // 2], names[len(names) // 2 :]]
-        index = {"metadata": {"total_size": int(sum(v.nbytes for v in state.values()))}, "weight_map": {}}
-        for number, shard in enumerate(shards, 1):
-            file = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
-            save_file({k: state[k] for k in shard}, folder / file, metadata={"format": "pt"})
-            index["weight_map"].update({k: file for k in shard})
-        (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2), "utf-8")
-    elif weights == "h5":
-        write_tf_h5(state, folder / "tf_model.h5")
+    saved = folder / "model.safetensors"
+    if extra_lm_head:
+        # transformers ties lm_head.weight to the embeddings and never stores it.
+        state = load_file(saved)
+        state["lm_head.weight"] = state["model.shared.weight"] + 0.25
+        save_file(state, saved, metadata={"format": "pt"})
+    if weights == "h5":
+        # transformers 5 has no TensorFlow classes to write tf_model.h5.
+        write_tf_h5(load_file(saved), folder / "tf_model.h5")
+        saved.unlink()
     elif weights == "bin":
+        # transformers 5 writes no pickles, and none with a trap in it.
         marker = folder.parent / f"{folder.name}.unpickled"
-        with open(folder / "pytorch_model.bin", "wb") as file:
-            pickle.dump({"trap": _Trap(marker), **{k: torch.from_numpy(v) for k, v in state.items()}}, file)
+        state = {name: torch.from_numpy(value) for name, value in load_file(saved).items()}
+        torch.save({"trap": _Trap(marker), **state}, folder / "pytorch_model.bin")
+        saved.unlink()
         result["marker"] = marker
-    else:
-        raise ValueError(f"unknown weights format {weights!r}")
-    config = _real_config(model, variant)
-    (folder / "config.json").write_text(json.dumps(config, indent=2), "utf-8")
-    (folder / "generation_config.json").write_text(
-        json.dumps(
-            {
-                "bad_words_ids": [[config["pad_token_id"]]],
-                "decoder_start_token_id": config["pad_token_id"],
-                "eos_token_id": config["eos_token_id"],
-                "forced_eos_token_id": config["eos_token_id"],
-                "max_length": 512,
-                "num_beams": 4,
-                "pad_token_id": config["pad_token_id"],
-            }
-        ),
-        "utf-8",
-    )
     return result
 
 
@@ -436,10 +421,8 @@ def write_multilingual_repo(folder: Path, seed: int = 0) -> dict:
     Returns:
         `{"model": MarianMTModel, "tokenizer": MarianTokenizer, "folder": Path}`.
     """
-    import tempfile
-
     import torch
-    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+    from transformers import MarianConfig, MarianMTModel
 
     folder = Path(folder)
     targets = [s for sentences in LANGUAGE_SENTENCES.values() for s in sentences]
@@ -449,24 +432,15 @@ def write_multilingual_repo(folder: Path, seed: int = 0) -> dict:
     target_proto = train_sentencepiece(targets, 50)
     source_pieces = ["</s>", "<unk>", *LANGUAGE_TAGS, *pieces_of(source_proto), "<pad>"]
     target_pieces = ["</s>", "<unk>", *pieces_of(target_proto), "<pad>"]
-    with tempfile.TemporaryDirectory() as inputs:
-        # The tokenizer's inputs, as Marian's converter hands them over;
-        # transformers writes the checkpoint's own files below.
-        inputs = Path(inputs)
-        (inputs / "source.spm").write_bytes(source_proto)
-        (inputs / "target.spm").write_bytes(target_proto)
-        for name, pieces in (("vocab.json", source_pieces), ("target_vocab.json", target_pieces)):
-            (inputs / name).write_text(json.dumps({p: i for i, p in enumerate(pieces)}), "utf-8")
-        tokenizer = MarianTokenizer(
-            source_spm=str(inputs / "source.spm"),
-            target_spm=str(inputs / "target.spm"),
-            vocab=str(inputs / "vocab.json"),
-            target_vocab_file=str(inputs / "target_vocab.json"),
-            separate_vocabs=True,
-            source_lang="eng",
-            target_lang="deu+nld",
-        )
-        tokenizer.save_pretrained(str(folder))
+    tokenizer = save_marian_tokenizer(
+        folder,
+        source_proto,
+        target_proto,
+        {p: i for i, p in enumerate(source_pieces)},
+        {p: i for i, p in enumerate(target_pieces)},
+        source_lang="eng",
+        target_lang="deu+nld",
+    )
     pad = len(target_pieces) - 1
     config = MarianConfig(
         vocab_size=len(source_pieces),
@@ -508,4 +482,4 @@ def write_multilingual_repo(folder: Path, seed: int = 0) -> dict:
         optimizer.step()
     model.eval()
     model.save_pretrained(str(folder))
-    return {"model": model, "tokenizer": MarianTokenizer.from_pretrained(str(folder)), "folder": folder}
+    return {"model": model, "tokenizer": tokenizer, "folder": folder}

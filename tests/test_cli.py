@@ -7,9 +7,11 @@ in a subprocess.
 
 import argparse
 import os
+import queue
 import re
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -32,19 +34,23 @@ def compile_cache(tmp_path_factory):
         yield folder
 
 
-def run_cli(*args, stdin="", cwd=None, **environment):
+def cli_environment(**environment) -> dict:
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
     )
     env.update(environment)
     env.pop("KERAS_TRANSFORMER_DEBUG", None)
+    return env
+
+
+def run_cli(*args, stdin="", cwd=None, **environment):
     return subprocess.run(
         [sys.executable, "-m", "keras_transformer.cli", *map(str, args)],
         input=stdin,
         capture_output=True,
         text=True,
-        env=env,
+        env=cli_environment(**environment),
         cwd=cwd,
         timeout=300,
     )
@@ -80,6 +86,37 @@ def test_translate_succeeds_with_arguments_and_stdin(preset):
     result = run_cli("translate", "--preset", preset, stdin="a cat sleeps .\ntwo dogs play .\n\n")
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) == 3
+
+
+def test_translate_answers_each_line_of_standard_input_as_it_arrives(preset):
+    # One process: each translation is read before the next line is written
+    # and before standard input closes; a reader that waited for more would
+    # time out here instead of hanging the test.
+    sentences = ["a dog runs .", "two cats play in the snow .", "", "a man walks ."]
+    batched = run_cli("translate", "--preset", preset, "--beam-size", "2", *sentences)
+    assert batched.returncode == 0, batched.stderr
+    process = subprocess.Popen(
+        [sys.executable, "-m", "keras_transformer.cli", "translate", "--preset", str(preset), "--beam-size", "2"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_environment(),
+    )
+    answers = queue.Queue()
+    threading.Thread(target=lambda: [answers.put(line) for line in process.stdout], daemon=True).start()
+    try:
+        for sentence, expected in zip(sentences, batched.stdout.splitlines(keepends=True), strict=True):
+            process.stdin.write(sentence + "\n")
+            process.stdin.flush()
+            try:
+                assert answers.get(timeout=120) == expected
+            except queue.Empty:
+                pytest.fail(f"no translation of {sentence!r} while standard input stayed open")
+        process.stdin.close()
+        assert process.wait(timeout=60) == 0, process.stderr.read()
+    finally:
+        process.kill()
 
 
 @pytest.mark.parametrize(

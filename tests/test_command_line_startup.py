@@ -1,10 +1,17 @@
-"""What the command line sets up before Keras starts: the compile cache."""
+"""What the command line sets up before Keras starts and does at exit: the
+compile cache, the imports and the garbage collector, the quick exit."""
 
 import importlib.metadata
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from keras_transformer.cli import startup
+
+STARTUP_FILE = Path(startup.__file__)
 
 
 @pytest.fixture
@@ -22,8 +29,6 @@ def installed(library):
 
 
 def test_the_caches_of_tensorflow_and_jax_go_to_one_folder_per_version(environment, tmp_path):
-    import os
-
     environment.setenv("XDG_CACHE_HOME", str(tmp_path))
     startup.use_compile_cache()
     root = tmp_path / "keras_transformer" / "compiled"
@@ -37,8 +42,6 @@ def test_the_caches_of_tensorflow_and_jax_go_to_one_folder_per_version(environme
 
 
 def test_the_users_own_settings_are_kept_and_zero_turns_the_cache_off(environment, tmp_path):
-    import os
-
     environment.setenv("KERAS_TRANSFORMER_COMPILE_CACHE", str(tmp_path))
     environment.setenv("TF_XLA_FLAGS", "--tf_xla_persistent_cache_directory=/mine --tf_xla_auto_jit=0")
     environment.setenv("JAX_COMPILATION_CACHE_DIR", "/mine")
@@ -53,8 +56,6 @@ def test_the_users_own_settings_are_kept_and_zero_turns_the_cache_off(environmen
 
 
 def test_other_tensorflow_flags_are_kept(environment, tmp_path):
-    import os
-
     if not installed("tensorflow"):
         pytest.skip("TensorFlow is not installed")
     environment.setenv("KERAS_TRANSFORMER_COMPILE_CACHE", str(tmp_path))
@@ -64,3 +65,94 @@ def test_other_tensorflow_flags_are_kept(environment, tmp_path):
         "--tf_xla_auto_jit=0",
         f"--tf_xla_persistent_cache_directory={tmp_path / ('tensorflow-' + installed('tensorflow'))}",
     ]
+
+
+def test_the_backend_is_read_where_keras_reads_it(environment, tmp_path):
+    environment.delenv("KERAS_BACKEND", raising=False)
+    environment.setenv("KERAS_HOME", str(tmp_path))
+    assert startup.configured_backend() == "tensorflow"  # no keras.json: Keras' default
+    (tmp_path / "keras.json").write_text('{"backend": "jax"}')
+    assert startup.configured_backend() == "jax"
+    environment.setenv("KERAS_BACKEND", "torch")
+    assert startup.configured_backend() == "torch"
+    environment.delenv("KERAS_BACKEND")
+    (tmp_path / "keras.json").write_text("{not json")
+    assert startup.configured_backend() is None  # unsure: JAX is not refused
+
+
+def run_python(program: str, **environment) -> subprocess.CompletedProcess:
+    """`program` in a fresh interpreter that loads `cli/startup.py` from its
+    file as `startup` (importing the package would start Keras)."""
+    preamble = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('startup', {str(STARTUP_FILE)!r})\n"
+        "startup = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(startup)\n"
+    )
+    env = {**os.environ, "KERAS_TRANSFORMER_VERBOSE": "1", "KERAS_TRANSFORMER_COMPILE_CACHE": "0", **environment}
+    return subprocess.run(
+        [sys.executable, "-c", preamble + program], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+@pytest.mark.parametrize("backend, refused", [("tensorflow", True), ("jax", False)])
+def test_translate_refuses_optional_imports_until_the_package_is_imported(backend, refused):
+    if not refused and not installed("jax"):
+        pytest.skip("JAX is not installed")
+    program = (
+        "import gc, importlib.util\n"
+        "startup.prepare(['translate', '--preset', 'p', 'a dog .'])\n"
+        "assert not gc.isenabled()\n"
+        "for name in ('IPython', 'matplotlib', 'jax'):\n"
+        "    try:\n"
+        "        __import__(name)\n"
+        "        print(name, 'imported')\n"
+        "    except ImportError:\n"
+        "        print(name, 'refused')\n"
+        "startup.after_imports()\n"
+        "assert gc.isenabled() and gc.get_freeze_count() > 0\n"
+        "assert not [name for name in startup.OPTIONAL_IMPORTS if name in sys.modules and not sys.modules[name]]\n"
+    )
+    result = run_python(program, KERAS_BACKEND=backend)
+    assert result.returncode == 0, result.stderr
+    assert "IPython refused" in result.stdout and "matplotlib refused" in result.stdout
+    assert ("jax refused" in result.stdout) is refused
+
+
+def test_translate_keeps_kagglehub_for_a_kaggle_preset():
+    program = (
+        "startup.prepare(['translate', '--preset', 'kaggle://me/model/keras/1', 'a dog .'])\n"
+        "assert 'kagglehub' not in startup._start_up['refused']\n"
+        "assert 'matplotlib' in startup._start_up['refused']\n"
+        "startup.after_imports()\n"
+    )
+    result = run_python(program, KERAS_BACKEND="tensorflow")
+    assert result.returncode == 0, result.stderr
+
+
+def test_other_commands_import_everything():
+    program = (
+        "startup.prepare(['train', '--preset', 'p'])\n"
+        "assert not any(module is None for module in sys.modules.values())\n"
+        "startup.after_imports()\n"
+    )
+    result = run_python(program, KERAS_BACKEND="tensorflow")
+    assert result.returncode == 0, result.stderr
+
+
+def test_exiting_at_once_flushes_the_output_and_runs_exit_handlers_only():
+    program = (
+        "import atexit\n"
+        "class Finalized:\n"
+        "    def __del__(self):\n"
+        "        print('finalized', flush=True)\n"
+        "kept = Finalized()\n"
+        "atexit.register(lambda: print('exit handler', file=sys.stderr))\n"
+        "sys.stdout.write('translation without a newline')\n"
+        "startup.exit_at_once(3)\n"
+        "print('not reached')\n"
+    )
+    result = run_python(program)
+    assert result.returncode == 3
+    assert result.stdout == "translation without a newline"  # flushed; finalization (the __del__) skipped
+    assert "exit handler" in result.stderr

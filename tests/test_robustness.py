@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from keras import ops
 
-from helpers import PAIRS, REPO_ROOT
+from helpers import PAIRS, REPO_ROOT, TINY_TRAIN_ARGUMENTS
 from keras_transformer.generation.sentences import split_sentences
 from keras_transformer.generation.translation import tokenize
 from keras_transformer.training import checkpoints
@@ -253,24 +253,7 @@ def start_training(folder, max_steps: int, every: int):
         folder / "train.de",
         "--out",
         folder / "run",
-        "--layers",
-        "1",
-        "--hidden-dim",
-        "16",
-        "--ff-dim",
-        "32",
-        "--heads",
-        "2",
-        "--dropout",
-        "0",
-        "--vocab-size",
-        "64",
-        "--max-length",
-        "16",
-        "--tokens-per-batch",
-        "64",
-        "--warmup-steps",
-        "4",
+        *TINY_TRAIN_ARGUMENTS,
         "--checkpoint-every-steps",
         str(every),
         "--checkpoint-every-minutes",
@@ -279,8 +262,6 @@ def start_training(folder, max_steps: int, every: int):
         # every step reached, which measures the work a kill loses.
         "--valid-every",
         "1",
-        "--verbose",
-        "0",
         "--max-steps",
         str(max_steps),
     ]

@@ -95,8 +95,17 @@ def _parents(name: str, verbose: argparse.ArgumentParser, backend: argparse.Argu
 
 
 def main(argv: list[str] | None = None) -> int:
+    startup.after_imports()
     parser = build_parser(_commands())
     args = parser.parse_args(argv)
+    code = _run(args)
+    if argv is None and args.command in startup.LEAN_COMMANDS and startup.running_as_command_line():
+        startup.exit_at_once(code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command's exit code; a user's mistake is one sentence on stderr."""
     try:
         _check_backend(getattr(args, "backend", None))
         if args.native_logs:

@@ -25,13 +25,32 @@ Keras, because two things only work before that import:
   then says so in one sentence and empties the folder (`cli.main`).
 
 `--verbose` (before the command, or after it except for `train`) or `KERAS_TRANSFORMER_VERBOSE=1`
-leaves everything as TensorFlow and JAX print it. Used as a library, the
-package changes nothing of this.
+leaves everything as TensorFlow and JAX print it.
+
+Start-up and exit are kept short, which matters most to `translate` with a
+sentence or two:
+
+- Python's garbage collector stays off while the package imports (each full
+  collection walks every object TensorFlow has created so far, and the
+  imports trigger many), and those objects are then left out of later
+  collections (`gc.freeze`): `after_imports()`, called by `cli.main`.
+- For `translate`, optional imports of TensorFlow, Keras and KerasHub that
+  it never uses (`OPTIONAL_IMPORTS`: each is guarded by `try: import ...
+  except ImportError`) are refused while the package imports, and allowed
+  again afterwards.
+- `translate` ends without Python's finalization, which would collect
+  TensorFlow's objects once more for nothing (`exit_at_once`): exit
+  handlers run and the output is flushed, then the process ends.
+
+Used as a library, the package changes nothing of this.
 """
 
 import atexit
+import contextlib
+import gc
 import importlib.metadata
 import io
+import json
 import logging
 import os
 import re
@@ -58,7 +77,17 @@ NATIVE_LOG_LINE = re.compile(
     rb"|To enable the following instructions: )"
 )
 
+# Imported only inside `try: ... except ImportError` by TensorFlow, Keras or
+# KerasHub, for what `translate` never does: TensorFlow Lite's conversion of
+# JAX functions, Keras' notebook display and image plots, KerasHub's grain
+# datasets and Kaggle downloads. JAX stays importable when it is the backend.
+OPTIONAL_IMPORTS = ("jax", "IPython", "matplotlib", "grain", "kagglehub")
+# Commands that refuse OPTIONAL_IMPORTS while the package imports, and end
+# without Python's finalization (they write nothing but their output).
+LEAN_COMMANDS = ("translate",)
+
 _filter = {}  # the installed filter: the real stderr's descriptor and the thread
+_start_up = {"refused": [], "collector_paused": False}  # what `prepare` changed until `after_imports`
 
 
 def running_as_command_line(argv: list[str] | None = None) -> bool:
@@ -105,15 +134,21 @@ def prepare_if_command_line() -> None:
 
 
 def prepare(argv: list[str]) -> None:
-    """Applies `--backend` and, unless verbose, the native log filter.
+    """Applies `--backend`, the compile cache, the quick start-up (see the
+    module docstring) and, unless verbose, the native log filter.
 
-    Call before Keras is imported; a wrong `--backend` is left for the
-    argument parser to report.
+    Call before Keras is imported, and `after_imports()` after; a wrong
+    `--backend` is left for the argument parser to report.
     """
     backend = "tensorflow" if command_of(argv) == "export" else option_value(argv, "--backend")
     if backend in BACKENDS:
         os.environ["KERAS_BACKEND"] = backend
     use_compile_cache()
+    if command_of(argv) in LEAN_COMMANDS:
+        refuse_optional_imports(needs_kaggle=any(arg.startswith("kaggle://") for arg in argv))
+    if gc.isenabled():
+        gc.disable()
+        _start_up["collector_paused"] = True
     if verbose_requested(argv):
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # older TensorFlow honours it
@@ -123,6 +158,68 @@ def prepare(argv: list[str]) -> None:
     for name in ("tensorflow", "absl", "jax"):
         logging.getLogger(name).setLevel(logging.ERROR)
     install_native_log_filter()
+
+
+def refuse_optional_imports(needs_kaggle: bool = False) -> None:
+    """Makes `OPTIONAL_IMPORTS` (not JAX when it may be the backend, nor
+    kagglehub for a `kaggle://` preset, which KerasHub downloads with it) fail
+    as if not installed, until `after_imports()`; modules imported already stay."""
+    backend = configured_backend()
+    for name in OPTIONAL_IMPORTS:
+        if name == "jax" and backend not in ("tensorflow", "torch"):
+            continue
+        if name == "kagglehub" and needs_kaggle:
+            continue
+        if name not in sys.modules:
+            sys.modules[name] = None  # `import name` raises ImportError
+            _start_up["refused"].append(name)
+
+
+def configured_backend() -> str | None:
+    """The backend Keras will start, read where Keras reads it (KERAS_BACKEND,
+    else `keras.json` in KERAS_HOME or `~/.keras`, else TensorFlow); None
+    when that file cannot be read."""
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    home = os.path.expanduser("~")
+    folder = os.environ.get("KERAS_HOME") or os.path.join(home if os.access(home, os.W_OK) else "/tmp", ".keras")
+    try:
+        with open(os.path.join(folder, "keras.json"), encoding="utf-8") as file:
+            return json.load(file).get("backend", "tensorflow")
+    except FileNotFoundError:
+        return "tensorflow"
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def after_imports() -> None:
+    """Undoes what `prepare` did for the imports: refused modules become
+    importable again, and the garbage collector runs again, leaving the
+    objects that exist now out of its collections. Does nothing where
+    `prepare` did not run (the package used as a library)."""
+    for name in _start_up["refused"]:
+        if sys.modules.get(name, False) is None:
+            del sys.modules[name]
+    _start_up["refused"].clear()
+    if _start_up["collector_paused"]:
+        _start_up["collector_paused"] = False
+        gc.freeze()
+        gc.enable()
+
+
+def exit_at_once(code: int) -> None:
+    """Ends the process with `code` after the exit handlers ran, skipping
+    Python's finalization; returns (for an ordinary exit) only when the
+    output cannot be flushed, e.g. a closed pipe, which Python then reports."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    atexit._run_exitfuncs()  # the native log filter forwards what is left
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
+    os._exit(code)
 
 
 def compile_cache_root() -> Path | None:

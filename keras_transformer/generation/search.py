@@ -17,6 +17,7 @@ them itself.
 from collections.abc import Callable
 
 import keras
+import numpy as np
 from keras import ops
 
 NEG_INF = -1e9
@@ -36,10 +37,13 @@ def _forced_end(scores, force, end_token_id):
     return ops.where(ops.logical_and(force, not_end), NEG_INF, scores)
 
 
-def _never_generated(scores, start_token_id, pad_token_id):
-    """The start and padding tokens are inputs only: never emit them."""
+def _never_generated(scores, banned_ids):
+    """The start and padding tokens (`banned_ids`) are inputs only: never emit them."""
     vocab = ops.arange(ops.shape(scores)[-1])
-    return ops.where((vocab == pad_token_id) | (vocab == start_token_id), NEG_INF, scores)
+    banned = vocab == banned_ids[0]
+    for token in banned_ids[1:]:
+        banned = banned | (vocab == token)
+    return ops.where(banned, NEG_INF, scores)
 
 
 def first_argmax(x):
@@ -61,48 +65,120 @@ def first_argmax(x):
 
 
 def _chunk_length(length: int, preferred: int) -> int:
-    """The divisor of `length` closest to `preferred`, within a factor of 2
-    of it, or `preferred` if there is none. Scores of a length the chunks
-    do not divide are padded, and XLA writes the padded copy out (4 beams x
-    58,101 Opus-MT tokens divide into chunks of 107, not of 128)."""
-    divisors = [c for c in range(preferred // 2, 2 * preferred + 1) if length % c == 0]
-    return min(divisors, key=lambda c: abs(c - preferred), default=preferred)
+    """The divisor of `length` closest to `preferred` (by ratio), from half to
+    8 times it, or `preferred` if there is none: logits of a length the
+    chunks do not divide are padded, which XLA writes out as a copy. A
+    vocabulary of 8,000 tokens divides into chunks of 32, one of 58,101
+    (Opus-MT) into chunks of 107.
+
+    Example:
+    >>> _chunk_length(8000, 32), _chunk_length(58101, 32), _chunk_length(8009, 32)
+    (32, 107, 32)
+    """
+    divisors = [c for c in range(preferred // 2, 8 * preferred + 1) if length % c == 0]
+    return min(divisors, key=lambda c: max(c / preferred, preferred / c), default=preferred)
 
 
-def top_k(x, k: int, chunk: int = 128):
-    """`ops.top_k(x, k)` for a 2-D `x`: the same values and indices (ties
-    to the lower index where `ops.top_k` resolves them so, as on TensorFlow
-    and JAX; `torch.topk` promises no order among ties).
+def _log_softmax_in_steps(logits) -> bool:
+    """Whether `(x - max) - log(sum(exp(x - max)))`, written out in
+    `keras.ops`, rounds as `ops.log_softmax` does: on TensorFlow (with XLA
+    or without), and on JAX inside one compiled program (op by op, the sum
+    may round otherwise than in its compiled `log_softmax`). torch's fused
+    kernel rounds its own way, and runs eagerly anyway, writing every
+    operation's result out."""
+    backend = keras.config.backend()
+    if backend == "jax":
+        import jax
 
-    Beam search picks the best candidates of every sentence among beams x
-    vocabulary scores, and XLA's top-k over that many scores is slow on a
-    CPU, a sizeable part of a decoding step. The k best values lie
-    in the k chunks of about `chunk` values whose maxima are the highest, so
-    one vectorised pass finds those chunks and only they are searched.
+        return isinstance(logits, jax.core.Tracer)
+    return backend == "tensorflow"
+
+
+def best_extensions(logits, alive_scores, count: int, banned_ids, forced, end_token_id: int, chunk: int = 32):
+    """The `count` best one-token extensions of the beams of every sentence.
+
+    An extension's score is its beam's score plus the token's log-softmax
+    over `logits` `(batch, beams, vocab)`, or NEG_INF for the `banned_ids`
+    and, in the sentences `forced` `(batch,)` to end, for every token but
+    the end token. Returns `ops.top_k` of those scores flattened to
+    `(batch, beams * vocab)`: the same values, and indices that resolve
+    ties to the lowest (as `ops.top_k` does on TensorFlow and JAX;
+    `torch.topk` promises no order among ties).
+
+    Written out, the beams x vocabulary scores and a top-k of them took XLA
+    on a CPU several times as long as the search's other work together, in
+    a small model (`benchmarks/decoding_ops.py`). The best scores lie in the
+    `count` chunks of about `chunk` consecutive tokens of one beam whose best
+    scores are the highest; and log-softmax and adding the beam's score keep
+    the order of a beam's logits, in floating point too (each step rounds
+    monotonically). So a chunk's best score is that of its largest logit:
+    only the chunks' maxima, each beam's log-sum-exp and the scores of the
+    chosen chunks are computed, the same values to the bit.
 
     Example:
     >>> import numpy as np
-    >>> x = (np.arange(1000) * 37 % 1000).astype("float32")[None]  # 0..999, shuffled
-    >>> values, indices = top_k(x, 3, chunk=16)
-    >>> np.asarray(values).tolist(), np.asarray(indices).tolist()
-    ([[999.0, 998.0, 997.0]], [[27, 54, 81]])
+    >>> logits = np.log(np.array([[[0.1, 0.2, 0.3, 0.4], [0.4, 0.35, 0.15, 0.1]]], "float32"))
+    >>> alive = np.log(np.array([[0.6, 0.4]], "float32"))
+    >>> values, ids = best_extensions(logits, alive, 3, [0], np.array([False]), end_token_id=1)
+    >>> np.asarray(ids).tolist()  # beam 0 tokens 3 and 2, beam 1 token 1 (token 0 is banned)
+    [[3, 2, 5]]
+    >>> np.exp(np.asarray(values, "float64")).round(2).tolist()
+    [[0.24, 0.18, 0.14]]
     """
-    length = ops.shape(x)[-1]
-    if length <= 4 * k * chunk:
-        return ops.top_k(x, k)
-    chunk = _chunk_length(length, chunk)
-    padding = -length % chunk
-    if padding:
-        x = ops.pad(x, ((0, 0), (0, padding)), constant_values=float("-inf"))
-    chunks = ops.reshape(x, (-1, (length + padding) // chunk, chunk))
-    _, best_chunks = ops.top_k(ops.max(chunks, axis=-1), k)
-    # In index order, so that the final top-k still resolves ties to the
-    # lowest index.
+    logits, alive_scores = ops.convert_to_tensor(logits), ops.convert_to_tensor(alive_scores)
+    batch, beams, vocab = ops.shape(logits)
+    banned_ids = sorted(set(banned_ids))
+    if beams * vocab <= 4 * count * chunk or not _log_softmax_in_steps(logits):
+        log_probs = _forced_end(_never_generated(ops.log_softmax(logits, axis=-1), banned_ids), forced, end_token_id)
+        return ops.top_k(ops.reshape(alive_scores[:, :, None] + log_probs, (batch, beams * vocab)), count)
+    chunk = _chunk_length(vocab, chunk)
+    per_beam = -(-vocab // chunk)
+    padding = per_beam * chunk - vocab
+    padded = ops.pad(logits, ((0, 0), (0, 0), (0, padding)), constant_values=float("-inf")) if padding else logits
+    chunks = ops.reshape(padded, (batch, beams, per_beam, chunk))
+    chunk_ids = np.arange(per_beam)
+    chunk_max = ops.max(chunks, axis=-1)
+    # A chunk holding a banned token: its best allowed logit, and NEG_INF
+    # (the banned tokens' score) as a floor of its best score.
+    banned_chunks = sorted({token // chunk for token in banned_ids})
+    for j in banned_chunks:
+        allowed = ~np.isin(np.arange(j * chunk, (j + 1) * chunk), banned_ids)
+        best_allowed = ops.max(ops.where(allowed, chunks[:, :, j, :], float("-inf")), axis=-1)
+        chunk_max = ops.where(chunk_ids == j, best_allowed[:, :, None], chunk_max)
+    # log_softmax(x) = (x - max) - log(sum(exp(x - max))) in these steps, as
+    # the backends compute it. A maximum is exact whichever way it is taken:
+    # that of the chunks' and the banned tokens' maxima needs no other pass
+    # over the logits.
+    banned_max = ops.max(ops.take(logits, banned_ids, axis=-1), axis=-1, keepdims=True)
+    row_max = ops.maximum(ops.max(chunk_max, axis=-1, keepdims=True), banned_max)
+    log_total = ops.log(ops.sum(ops.exp(logits - row_max), axis=-1, keepdims=True))
+    best = (chunk_max - row_max) - log_total
+    best = ops.where(np.isin(chunk_ids, banned_chunks), ops.maximum(best, NEG_INF), best)
+    # A sentence forced to end: its end token's score, NEG_INF elsewhere.
+    end_log_prob = (logits[:, :, end_token_id : end_token_id + 1] - row_max) - log_total
+    forced_best = ops.where(chunk_ids == end_token_id // chunk, ops.maximum(end_log_prob, NEG_INF), NEG_INF)
+    best = ops.where(forced[:, None, None], forced_best, best)
+    _, best_chunks = ops.top_k(ops.reshape(alive_scores[:, :, None] + best, (batch, beams * per_beam)), count)
+    # In index order, so that the final top-k still resolves ties to the lowest index.
     best_chunks = ops.sort(best_chunks, axis=-1)
-    candidates = ops.take_along_axis(chunks, best_chunks[:, :, None], axis=1)
-    values, position = ops.top_k(ops.reshape(candidates, (-1, k * chunk)), k)
-    indices = best_chunks[:, :, None] * chunk + ops.arange(chunk, dtype=best_chunks.dtype)[None, None, :]
-    return values, ops.take_along_axis(ops.reshape(indices, (-1, k * chunk)), position, axis=1)
+    beam = best_chunks // per_beam
+    tokens = (best_chunks % per_beam)[:, :, None] * chunk + ops.arange(chunk, dtype=best_chunks.dtype)
+    all_chunks = ops.reshape(chunks, (batch, beams * per_beam, chunk))
+    candidates = ops.take_along_axis(all_chunks, best_chunks[:, :, None], axis=1)
+
+    def of_beam(x):
+        return ops.take_along_axis(ops.reshape(x, (batch, beams)), beam, axis=1)[:, :, None]
+
+    log_probs = (candidates - of_beam(row_max)) - of_beam(log_total)
+    banned = forced[:, None, None] & (tokens != end_token_id)
+    for token in banned_ids:
+        banned = banned | (tokens == token)
+    scores = of_beam(alive_scores) + ops.where(banned, NEG_INF, log_probs)
+    if padding:
+        scores = ops.where(tokens < vocab, scores, float("-inf"))
+    values, position = ops.top_k(ops.reshape(scores, (batch, count * chunk)), count)
+    ids = ops.reshape(beam[:, :, None] * vocab + tokens, (batch, count * chunk))
+    return values, ops.take_along_axis(ids, position, axis=1)
 
 
 def _limit_lengths(max_lengths, buffer_length: int, with_completion: bool):
@@ -161,7 +237,7 @@ def greedy_search(
 
     def choose(logits, index, done):
         # The most probable token is the largest logit: no softmax needed.
-        logits = _never_generated(logits, start_token_id, pad_token_id)
+        logits = _never_generated(logits, (start_token_id, pad_token_id))
         logits = _forced_end(logits, index >= max_lengths, end_token_id)
         token = first_argmax(logits)
         return ops.where(done, pad_token_id, token)
@@ -261,13 +337,11 @@ def beam_search(
     def advance(index, logits, alive_tokens, alive_scores, finished_tokens, finished_scores):
         """Extends every live beam by every token; returns the new state and
         which old beam each new live beam came from."""
-        # Normalised over every token, as the model's P(Y) is.
-        log_probs = ops.log_softmax(logits, axis=-1)
-        log_probs = _never_generated(log_probs, start_token_id, pad_token_id)
-        log_probs = _forced_end(log_probs, index >= max_lengths, end_token_id)
-        scores = ops.reshape(alive_scores[:, :, None] + log_probs, (batch, k * vocab))
-        # 2k candidates always hold k that do not end here.
-        top_scores, top_ids = top_k(scores, 2 * k)
+        # Normalised over every token, as the model's P(Y) is; 2k candidates
+        # always hold k that do not end here.
+        top_scores, top_ids = best_extensions(
+            logits, alive_scores, 2 * k, (start_token_id, pad_token_id), index >= max_lengths, end_token_id
+        )
         origin, token = top_ids // vocab, ops.cast(top_ids % vocab, "int32")
         tokens = _gather_rows(alive_tokens, origin)
         tokens = ops.where(positions == index, token[:, :, None], tokens)

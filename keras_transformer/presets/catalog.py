@@ -2,7 +2,7 @@
 
 `keras_transformer/__init__.py` registers them with KerasHub, so that both
 `Transformer.from_preset(name)` and KerasHub's own
-`keras_hub.models.Seq2SeqLM.from_preset(name)` take the names. Four kinds:
+`keras_hub.models.Seq2SeqLM.from_preset(name)` take the names. Three kinds:
 
 - **Trained Opus-MT models** (`OPUS_MT_PRESETS`): `base_en_de`,
   `base_en_fr`, `big_en_fr`, `big_en_de` and `big_de_en` stand for
@@ -14,18 +14,14 @@
 - **The paper's untrained architectures** (`ARCHITECTURE_PRESETS`):
   `transformer_base` and `transformer_big`, Table 3 exactly, built offline
   from `<name>/config.json` with `load_weights=False` (no vocabulary).
-- **The paper's models to train** (`PAPER_PRESETS`): presets whose weights
-  and vocabulary belong under `hf://keras-transformer/<name>` once trained;
-  the package data ships each one's card and architecture, so that
-  `load_weights=False` builds it offline. None is registered today.
 - **Shipped presets** (`shipped_presets()`): every folder of the package
   data folder `presets/` that holds a complete saved preset (a `config.json`, weights and a `metadata.json`
   written by `Transformer.save_to_preset`) is registered under the folder's
   name, e.g. `multi30k_en_de`, and loads from disk with no download.
 
 Example:
->>> sorted(PAPER_PRESETS), sorted(OPUS_MT_PRESETS)
-([], ['base_en_de', 'base_en_fr', 'big_de_en', 'big_en_de', 'big_en_fr'])
+>>> sorted(OPUS_MT_PRESETS)
+['base_en_de', 'base_en_fr', 'big_de_en', 'big_en_de', 'big_en_fr']
 >>> PRESET_TARGET_LANGUAGES["big_en_de"]
 'deu'
 >>> sorted(shipped_presets())
@@ -55,7 +51,6 @@ ARCHITECTURES = {
 # The shipped presets' folders: the source tree's top-level `presets/`,
 # installed as the package data `keras_transformer.presets.shipped`.
 PRESETS_DIR = Path(importlib.resources.files("keras_transformer.presets.shipped"))
-HUB_ORG = "keras-transformer"
 
 
 def _hub_preset(repo: str, description: str, params: int | None) -> dict:
@@ -66,11 +61,6 @@ def _hub_preset(repo: str, description: str, params: int | None) -> dict:
         # KerasHub's name for the field; it resolves any handle, hf:// included.
         "kaggle_handle": f"hf://{repo}",
     }
-
-
-# Table 3 of Vaswani et al. (2017); parameter counts are this implementation's
-# (biases and LayerNorms included, one tied embedding matrix).
-PAPER_PRESETS = {}
 
 
 # Helsinki-NLP's Opus-MT checkpoints (Tiedemann & Thottingal 2020); parameter
@@ -114,7 +104,9 @@ OPUS_MT_PRESETS = {
 PRESET_TARGET_LANGUAGES = {"big_en_de": "deu", "big_de_en": "eng"}
 
 # The paper's architectures without weights (Table 3), by the names
-# `train --preset` uses, for `from_preset(name, load_weights=False)`.
+# `train --preset` uses, for `from_preset(name, load_weights=False)`; parameter
+# counts are this implementation's (biases and LayerNorms included, one tied
+# embedding matrix).
 ARCHITECTURE_PRESETS = {
     name: {
         "metadata": {"description": description, "params": params, "path": "transformer"},
@@ -125,7 +117,7 @@ ARCHITECTURE_PRESETS = {
         ("transformer_big", "The paper's big Transformer, untrained (37,000-token vocabulary).", 214_245_376),
     )
 }
-NAMED_PRESETS = {**PAPER_PRESETS, **OPUS_MT_PRESETS, **ARCHITECTURE_PRESETS}
+NAMED_PRESETS = {**OPUS_MT_PRESETS, **ARCHITECTURE_PRESETS}
 
 
 def is_saved_preset(directory: Path) -> bool:

@@ -13,14 +13,12 @@ True
 
 import difflib
 import os
-import warnings
 from pathlib import Path
 
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.presets.catalog import (
     ARCHITECTURE_PRESETS,
     NAMED_PRESETS,
-    PAPER_PRESETS,
     PRESET_TARGET_LANGUAGES,
     PRESETS_DIR,
     shipped_presets,
@@ -91,9 +89,10 @@ def resolve_preset(preset: str | os.PathLike, load_weights: bool = True) -> tupl
             configs and the vocabulary are fetched from the hub.
 
     Returns:
-        `(folder, architecture_only)`. `architecture_only` is `True` when a
-        paper preset's vocabulary could not be fetched and `folder` is this
-        package's copy of its `config.json` (only with `load_weights=False`).
+        `(folder, architecture_only)`. `architecture_only` is `True` for the
+        paper's untrained architectures (`ARCHITECTURE_PRESETS`, only with
+        `load_weights=False`): `folder` is this package's copy of the
+        `config.json`, without a vocabulary.
 
     Raises:
         ValueError: an unknown name, or a damaged or unsafe preset.
@@ -113,28 +112,7 @@ def resolve_preset(preset: str | os.PathLike, load_weights: bool = True) -> tupl
         return PRESETS_DIR / preset, True
     handle = preset_handle(preset)
     if handle.startswith(HF_PREFIX):
-        try:
-            directory = hub_snapshot(handle, preset, load_weights)
-        except (HubUnreachableError, NotOnHubError) as error:
-            if load_weights or preset not in PAPER_PRESETS:
-                raise
-            directory = PRESETS_DIR / preset
-            reason = (
-                "could not be reached, and it is not in the local cache"
-                if isinstance(error, HubUnreachableError)
-                else "has no such repository"
-            )
-            warnings.warn(
-                f"The vocabulary of '{preset}' belongs on the Hugging Face Hub ({handle}), which "
-                f"{reason}. Built the architecture from {directory / CONFIG_FILE} "
-                "without a preprocessor (model.preprocessor is None). To translate text, attach "
-                "the vocabulary it was trained with: model.preprocessor = "
-                "keras_transformer.TransformerPreprocessor("
-                "keras_transformer.TransformerTokenizer('vocabulary.spm')).",
-                stacklevel=3,
-            )
-            check_safe_configs(directory)
-            return directory, True
+        directory = hub_snapshot(handle, preset, load_weights)
         verify_preset(directory, load_weights, require_checksums=True)
         return directory, False
     if "://" in handle:
@@ -173,15 +151,8 @@ def hub_snapshot(handle: str, name: str, load_weights: bool = True) -> Path:
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns))
     except RepositoryNotFoundError as error:
-        unpublished = (
-            f" The weights of '{name}' have not been published yet; build the architecture "
-            f"with Transformer.from_preset('{name}', load_weights=False)."
-            if name in PAPER_PRESETS
-            else ""
-        )
         raise NotOnHubError(
-            f"The Hugging Face Hub has no repository {handle} (or it is private: log in "
-            f"with `hf auth login`).{unpublished}"
+            f"The Hugging Face Hub has no repository {handle} (or it is private: log in with `hf auth login`)."
         ) from error
     except (LocalEntryNotFoundError, ConnectionError) as error:
         raise _unreachable_hub_error(handle, name) from error
@@ -190,20 +161,13 @@ def hub_snapshot(handle: str, name: str, load_weights: bool = True) -> Path:
 def _unreachable_hub_error(handle: str, name: str) -> HubUnreachableError:
     """The error for a hub preset that is not cached while the hub cannot be
     reached, naming only what works offline: a download made once while
-    online, a local folder, and `load_weights=False` where this package ships
-    the architecture (a Hub checkpoint's own config and tokenizer files are
-    not shipped, so without the Hub it cannot be built)."""
+    online, or a local folder. Not `load_weights=False`: a Hub checkpoint's
+    own config and tokenizer files are not shipped, so without the Hub it
+    cannot be built even without weights."""
     shown = handle if name == handle else f"'{name}' ({handle})"
-    offline_architecture = (
-        f" To build the architecture without weights, which works offline: "
-        f"Transformer.from_preset('{name}', load_weights=False)."
-        if name in PAPER_PRESETS
-        else ""
-    )
     return HubUnreachableError(
         f"Could not load preset {shown}: it is not in the local cache and the Hugging Face Hub "
         "could not be reached. Run the same call once while online: the files are then cached "
         "and load offline. Or load a local folder, written by transformers' save_pretrained (model "
         "and tokenizer) or by Transformer.save_to_preset: Transformer.from_preset('path/to/folder')."
-        f"{offline_architecture}"
     )

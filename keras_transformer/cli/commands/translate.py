@@ -4,7 +4,10 @@ Sentences come from the arguments, from a file (--input, plain or .gz), or
 from standard input, one a line; each gives one line on standard output, an
 empty line for an empty one. Decoding is the paper's beam search (section
 6.1) unless --greedy. Reading a file shows a progress
-bar on stderr when stderr is a terminal.
+bar on stderr when stderr is a terminal. From standard input, the lines that
+have arrived are translated and written at once, and the command waits for
+more: one process answers line after line with its model loaded and its
+search compiled.
 
 Examples:
     keras-transformer translate --preset multi30k_en_de "Two dogs play in the snow."
@@ -14,9 +17,11 @@ Examples:
 """
 
 import argparse
+import itertools
 import sys
 import time
 
+from keras_transformer.cli.line_groups import line_groups, with_copies
 from keras_transformer.cli.search_options import add_search_arguments, search_settings
 from keras_transformer.generation.precision import PRECISIONS, load_model
 
@@ -70,20 +75,15 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1; got {args.batch_size}.")
     search = search_settings(args)
-    lines, total = _input_lines(args)
+    chunks, total = _input_chunks(args)
     model = load_model(args.preset, args.precision)
     # Read by the first search built; the command never trains.
     model.run_eagerly = not _compile_search(args, total)
     show_progress = bool(args.input) and args.input != "-" and not args.quiet and sys.stderr.isatty()
     progress = Progress(total, sys.stderr) if show_progress else None
-    chunk = []
-    for line in lines:
-        chunk.append(line)
-        if len(chunk) == CHUNK_BATCHES * args.batch_size:
-            _translate_chunk(model, chunk, args, search, progress)
-            chunk = []
-    if chunk:
-        _translate_chunk(model, chunk, args, search, progress)
+    few_shapes = _reading_standard_input(args) and _shapes_compile(model)
+    for chunk in chunks:
+        _translate_chunk(model, chunk, args, search, progress, few_shapes)
     if progress is not None:
         progress.finish()
     return 0
@@ -108,23 +108,47 @@ def _compile_search(args: argparse.Namespace, total: int | None) -> bool:
     return not (few and keras.config.backend() == "tensorflow")
 
 
-def _input_lines(args: argparse.Namespace):
-    """The input lines (an iterator, read as translation goes) and their
-    count when known in advance (a file), for the progress bar."""
+def _reading_standard_input(args: argparse.Namespace) -> bool:
+    return not args.sentences and (not args.input or args.input == "-")
+
+
+def _input_chunks(args: argparse.Namespace):
+    """The input lines in lists of at most `CHUNK_BATCHES * batch_size`, read
+    as translation goes, and their count when known in advance (a file),
+    for the progress bar. From standard input, a list holds the lines that
+    had arrived (`line_groups`)."""
     from keras_transformer.utils.files import read_lines
 
+    most = CHUNK_BATCHES * args.batch_size
+    if _reading_standard_input(args):
+        return line_groups(sys.stdin.fileno(), most), None
     if args.sentences:
-        return iter(args.sentences), len(args.sentences)
-    if args.input and args.input != "-":
-        total = sum(1 for _ in read_lines(args.input))  # also reports bad UTF-8 before any work
-        return read_lines(args.input), total
-    sys.stdin.reconfigure(encoding="utf-8")
-    return (line.rstrip("\r\n") for line in sys.stdin), None
+        return _chunks(args.sentences, most), len(args.sentences)
+    total = sum(1 for _ in read_lines(args.input))  # also reports bad UTF-8 before any work
+    return _chunks(read_lines(args.input), most), total
 
 
-def _translate_chunk(model, lines: list[str], args: argparse.Namespace, search, progress) -> None:
+def _chunks(lines, size: int):
+    lines = iter(lines)
+    while chunk := list(itertools.islice(lines, size)):
+        yield chunk
+
+
+def _shapes_compile(model) -> bool:
+    """Whether each new batch shape compiles a search: not when decoding
+    eagerly, nor on PyTorch."""
+    import keras
+
+    return not model.run_eagerly and keras.config.backend() != "torch"
+
+
+def _translate_chunk(
+    model, lines: list[str], args: argparse.Namespace, search, progress, few_shapes: bool = False
+) -> None:
+    """Translates `lines` and writes one line for each; `few_shapes` adds
+    copies (`with_copies`), whose translations are left out."""
     translations = model.translate(
-        lines,
+        with_copies(lines, args.batch_size) if few_shapes else lines,
         search=search,
         batch_size=args.batch_size,
         too_long=args.too_long,
@@ -132,7 +156,7 @@ def _translate_chunk(model, lines: list[str], args: argparse.Namespace, search, 
         target_language=args.target_language,
     )
     # A translation never holds a line break, so lines stay one for one.
-    sys.stdout.write("".join(t.replace("\n", " ") + "\n" for t in translations))
+    sys.stdout.write("".join(t.replace("\n", " ") + "\n" for t in translations[: len(lines)]))
     sys.stdout.flush()
     if progress is not None:
         progress.add(len(lines))
