@@ -16,11 +16,13 @@ from keras import ops
 
 from keras_transformer.generation import search
 from keras_transformer.generation.settings import SearchSettings
+from keras_transformer.layers.bfloat16_products import cpu_has_bfloat16_instructions
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 
 
-def resolve_jit_compile(jit_compile: bool | str = "auto") -> bool:
-    """`"auto"` means XLA on TensorFlow and JAX, on CPUs too.
+def resolve_jit_compile(jit_compile: bool | str = "auto", training_dtype: str | None = None) -> bool:
+    """`"auto"` means XLA on TensorFlow and JAX, on CPUs too, except for
+    training in bfloat16 on TensorFlow on a CPU with bfloat16 instructions.
 
     Keras resolves `jit_compile="auto"` to False for TensorFlow on a machine
     without a GPU, so training and decoding would run uncompiled on CPUs,
@@ -29,6 +31,16 @@ def resolve_jit_compile(jit_compile: bool | str = "auto") -> bool:
     `tf.distribute` strategy's scope (its mirrored variables live on several
     devices, which XLA refuses). On torch, "auto" stays eager
     (`torch.compile` is opt-in with `jit_compile=True`).
+
+    XLA's CPU backend computes a bfloat16 product in float32, while
+    TensorFlow's own (oneDNN) kernels run it on the CPU's bfloat16 units:
+    bfloat16 training steps, dominated by large products, are faster
+    without XLA there. Decoding, many small steps, stays faster with XLA.
+
+    Args:
+        jit_compile: True, False or "auto".
+        training_dtype: for a training step, the model's compute dtype
+            (`"bfloat16"` under `mixed_bfloat16`); `None` for decoding.
 
     Example:
     >>> resolve_jit_compile(False)
@@ -40,7 +52,10 @@ def resolve_jit_compile(jit_compile: bool | str = "auto") -> bool:
     if backend == "tensorflow":
         import tensorflow as tf
 
-        return not tf.distribute.has_strategy()
+        if tf.distribute.has_strategy():
+            return False
+        on_cpu = not tf.config.list_physical_devices("GPU")
+        return not (training_dtype == "bfloat16" and on_cpu and cpu_has_bfloat16_instructions())
     return backend == "jax"
 
 

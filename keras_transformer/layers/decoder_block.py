@@ -6,6 +6,7 @@ from keras import ops
 
 from keras_transformer.layers.attention import causal_mask, key_padding_mask, multi_head_attention
 from keras_transformer.layers.attention_dropout import attention_dropout_while_building
+from keras_transformer.layers.bfloat16_products import accumulating_in_float32
 from keras_transformer.layers.cached_attention import attend_cached, cache_keys_values
 from keras_transformer.layers.residual import residual_sublayer
 from keras_transformer.training.recipe import TrainingRecipe
@@ -87,6 +88,7 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
         """Self-attention, then cross-attention if built with an encoder."""
         return library_internals.attention_layers(self, library_internals.DECODER_ATTENTION_LAYERS)
 
+    @accumulating_in_float32
     def call(
         self,
         decoder_sequence,
@@ -129,11 +131,13 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
         x = self._sublayers(decoder_sequence, self_attention, cross_attention, layers, training)
         return (x, cross_weights[0]) if return_cross_attention_scores else x
 
+    @accumulating_in_float32
     def cross_attention_cache(self, encoder_output) -> tuple:
         """Keys and values of the encoder output for the cross-attention,
         laid out as `cached_attention.cache_keys_values` returns them."""
         return cache_keys_values(self.attention_layers()[1], encoder_output)
 
+    @accumulating_in_float32
     def decode_step(
         self, x, index, self_attention_cache: tuple, cross_attention_cache: tuple, encoder_padding_mask, visible_slots
     ):

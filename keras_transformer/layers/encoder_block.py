@@ -5,6 +5,7 @@ import keras_hub
 
 from keras_transformer.layers.attention import key_padding_mask, multi_head_attention
 from keras_transformer.layers.attention_dropout import attention_dropout_while_building
+from keras_transformer.layers.bfloat16_products import accumulating_in_float32
 from keras_transformer.layers.residual import residual_sublayer
 from keras_transformer.training.recipe import TrainingRecipe
 from keras_transformer.utils import library_internals
@@ -68,6 +69,7 @@ class EncoderBlock(keras_hub.layers.TransformerEncoder):
         with attention_dropout_while_building(self, library_internals.ENCODER_RESIDUAL_DROPOUTS):
             super().build(inputs_shape)
 
+    @accumulating_in_float32
     def call(self, inputs, padding_mask=None, training=None, return_attention_scores=False):
         """The block on `inputs` `(batch, length, d_model)`.
 

@@ -5,6 +5,8 @@ import math
 import keras
 from keras import ops
 
+from keras_transformer.layers.bfloat16_products import accumulating_in_float32
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class ScaledSharedEmbedding(keras.layers.ReversibleEmbedding):
@@ -44,6 +46,7 @@ class ScaledSharedEmbedding(keras.layers.ReversibleEmbedding):
         super().__init__(input_dim=input_dim, output_dim=output_dim, **kwargs)
         self.scale = math.sqrt(output_dim)
 
+    @accumulating_in_float32  # the pre-softmax projection (reverse=True)
     def call(self, inputs, reverse: bool = False):
         return self._scaled(super().call(inputs, reverse=reverse), reverse)
 

@@ -125,7 +125,9 @@ class Transformer(keras_hub.models.Seq2SeqLM):
             warmup_steps: for the `"auto"` optimizer.
             **kwargs: passed to `keras.Model.compile`. `jit_compile="auto"`
                 (the default) means XLA on TensorFlow and JAX, on every
-                device (see `decoding.resolve_jit_compile`).
+                device, except training a bfloat16 model on TensorFlow on a
+                CPU with bfloat16 instructions (see
+                `decoding.resolve_jit_compile`).
         """
         backbone = self.backbone
         if optimizer == "auto":
@@ -139,6 +141,7 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         if weighted_metrics == "auto":
             weighted_metrics = [MaskedAccuracy(pad_token_id=backbone.pad_token_id)]
         _beam_size_of(sampler)  # refuse an unknown sampler before anything changes
+        jit_compile = kwargs.pop("jit_compile", "auto")
         # KerasHub's Seq2SeqLM.compile only adds a sampler, which is handled
         # here (the paper's beam search is not one of KerasHub's samplers).
         keras.Model.compile(
@@ -146,11 +149,11 @@ class Transformer(keras_hub.models.Seq2SeqLM):
             optimizer=optimizer,
             loss=loss,
             weighted_metrics=weighted_metrics,
-            jit_compile=resolve_jit_compile(kwargs.pop("jit_compile", "auto")),
+            jit_compile=resolve_jit_compile(jit_compile, backbone.compute_dtype),
             **kwargs,
         )
         self.sampler = sampler
-        self._search_functions = SearchFunctions()
+        self._search_functions = SearchFunctions(jit_compile)
 
     @classmethod
     def from_preset(cls, preset, load_weights: bool = True, **kwargs):
@@ -228,7 +231,7 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         """
         with _older_objects_left_out_of_collections():
             self.backbone.quantize(mode, config=config, filters=filters, **kwargs)
-        self._search_functions = SearchFunctions()
+        self._search_functions = SearchFunctions(self._search_functions.jit_compile)
         self.generate_function = None
         self.train_function = self.test_function = self.predict_function = None
 
@@ -263,8 +266,9 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         key = (settings, with_completion)
         functions = self._search_functions.functions
         if key not in functions:
-            # XLA on TensorFlow unless compile(jit_compile=False) said otherwise.
-            jit_compile = self.jit_compile if self.compiled else resolve_jit_compile()
+            # XLA on TensorFlow unless compile(jit_compile=False) said otherwise
+            # (whatever training chose for a bfloat16 model).
+            jit_compile = resolve_jit_compile(self._search_functions.jit_compile)
             functions[key] = compiled_search(self, jit_compile, settings, with_completion)
         return functions[key]
 
@@ -276,7 +280,7 @@ class Transformer(keras_hub.models.Seq2SeqLM):
     def forget_compiled_searches(self) -> None:
         """Drops the compiled searches: the next `generate` traces its search
         anew, e.g. after the layers' code changed."""
-        self._search_functions = SearchFunctions()
+        self._search_functions = SearchFunctions(self._search_functions.jit_compile)
 
     @property
     def default_search(self) -> SearchSettings:
@@ -546,7 +550,8 @@ class SearchFunctions:
     the tuple keys); a plain object is left alone.
     """
 
-    def __init__(self):
+    def __init__(self, jit_compile: bool | str = "auto"):
+        self.jit_compile = jit_compile  # as given to `Transformer.compile`
         self.functions = {}
 
 

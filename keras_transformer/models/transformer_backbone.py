@@ -11,6 +11,7 @@ from keras_transformer.layers import (
     ScaledSharedEmbedding,
     SinusoidalPositionEncoding,
 )
+from keras_transformer.layers.bfloat16_products import accumulating_in_float32
 from keras_transformer.layers.cached_attention import (
     empty_keys_values,
     empty_slot_owners,
@@ -23,6 +24,7 @@ from keras_transformer.training.recipe import TrainingRecipe
 from keras_transformer.utils import special_tokens
 
 
+@accumulating_in_float32
 def logits_by_parts(hidden, embeddings, parts: int):
     """`hidden @ embeddings^T` as `parts` products over consecutive slices of
     the vocabulary, joined: the same logits, as independent operations.

@@ -202,3 +202,13 @@ def preset_config(preset: str) -> dict:
         ValueError: the handle is malformed, or the file is not JSON.
     """
     return _preset_utils.load_json(preset, CONFIG_FILE)
+
+
+def jax_numpy_module():
+    """Keras' JAX implementation of `keras.ops`' numpy functions
+    (`keras.src.backend.jax.numpy`): `ops.matmul` and `ops.einsum` look up its
+    `matmul` and `einsum` at each call, so `layers.bfloat16_products` can
+    route them (Keras has no hook for the element type a product sums in)."""
+    from keras.src.backend.jax import numpy as module
+
+    return module

@@ -1,0 +1,178 @@
+"""bfloat16 matrix products that XLA's CPU backend runs on the CPU's bfloat16 units (JAX).
+
+Under Keras' `mixed_bfloat16` policy a layer multiplies two bfloat16
+operands into a bfloat16 result. XLA's CPU backend computes such a dot in
+float32: it converts both operands, multiplies with float32 kernels and
+rounds the result, which makes bfloat16 no faster than float32. A bfloat16 x
+bfloat16 -> float32 dot, however, goes to YNNPACK's bfloat16 kernels
+(AVX512_BF16 and AMX instructions where the CPU has them). Inside
+`float32_accumulation()`, Keras' JAX `matmul` and `einsum` of two bfloat16
+operands that contract one's last axes with the other's first (dense layers,
+attention projections, the output projection) are traced as that dot plus
+one rounding to bfloat16: the same values as before (float32 sums rounded
+once), from the faster kernels. Their gradients are computed the same way.
+Other products, dtypes and backends, and CPUs without bfloat16 instructions
+(where this was not measured), are left as they are.
+
+The model's layers trace their products this way (`accumulating_in_float32`
+on the blocks' and the output projection's methods), so `fit`, `predict`,
+`generate` and the command line all use it.
+
+Example:
+>>> import numpy as np
+>>> with float32_accumulation():
+...     y = keras.ops.matmul(np.ones((2, 3), "float32"), np.ones((3, 4), "float32"))
+>>> np.asarray(y).tolist()[0]
+[3.0, 3.0, 3.0, 3.0]
+"""
+
+import contextlib
+import contextvars
+import functools
+import re
+from collections.abc import Callable
+
+import keras
+
+from keras_transformer.utils import library_internals
+
+# None: no `float32_accumulation` around; False: turned off by an outer one.
+_ACTIVE = contextvars.ContextVar("bfloat16_products_accumulate_in_float32", default=None)
+
+
+@contextlib.contextmanager
+def float32_accumulation(enabled: bool = True):
+    """Within it, products traced on JAX (`jax.jit`, Keras' compiled steps)
+    accumulate bfloat16 operands in float32 as the module says. Tracing is
+    what it affects: a function compiled before keeps its products.
+    `float32_accumulation(False)` turns it off for everything inside,
+    the model's layers included (to compare the two)."""
+    # Only XLA's CPU backend computes bfloat16 dots in float32; elsewhere nothing changes.
+    enabled = (
+        enabled
+        and _ACTIVE.get() is not False
+        and keras.config.backend() == "jax"
+        and _on_cpu()
+        and cpu_has_bfloat16_instructions()
+    )
+    if enabled:
+        _install()
+    token = _ACTIVE.set(enabled)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def accumulating_in_float32(method: Callable) -> Callable:
+    """Decorates a layer's method so that it runs inside `float32_accumulation()`."""
+
+    @functools.wraps(method)
+    def method_accumulating_in_float32(*args, **kwargs):
+        with float32_accumulation():
+            return method(*args, **kwargs)
+
+    return method_accumulating_in_float32
+
+
+@functools.cache
+def cpu_has_bfloat16_instructions() -> bool:
+    """Whether the CPU multiplies bfloat16 itself: AVX512_BF16 or AMX (the
+    flags of Linux's `/proc/cpuinfo`; False where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags))
+
+
+@functools.cache
+def _install() -> None:
+    """Routes Keras' JAX `matmul` and `einsum` through this module, once;
+    outside `float32_accumulation()` they call Keras' own."""
+    module = library_internals.jax_numpy_module()
+    keras_matmul, keras_einsum = module.matmul, module.einsum
+
+    def matmul(x1, x2):
+        x1, x2 = module.convert_to_tensor(x1), module.convert_to_tensor(x2)
+        if _ACTIVE.get() and _both_bfloat16(x1, x2) and x1.ndim >= 2 and x2.ndim == 2:
+            return _contract(x1, x2, 1)
+        return keras_matmul(x1, x2)
+
+    def einsum(subscripts, *operands, **kwargs):
+        if _ACTIVE.get() and len(operands) == 2 and not kwargs:
+            x1, x2 = (module.convert_to_tensor(x) for x in operands)
+            axes = _contracted_axes(subscripts)
+            if axes and _both_bfloat16(x1, x2):
+                return _contract(x1, x2, axes)
+        return keras_einsum(subscripts, *operands, **kwargs)
+
+    module.matmul, module.einsum = matmul, einsum
+
+
+def _contracted_axes(subscripts: str) -> int:
+    """k if `subscripts` contracts the first operand's last k axes with the
+    second's first k (a tensordot, e.g. `"abc,cde->abde"`: 1), else 0.
+
+    Example:
+    >>> _contracted_axes("abcd,cde->abe"), _contracted_axes("aecd,abcd->acbe")
+    (2, 0)
+    """
+    match = re.fullmatch(r"(\w+),(\w+)->(\w+)", subscripts.replace(" ", ""))
+    if not match:
+        return 0
+    first, second, output = match.groups()
+    for k in range(1, min(len(first), len(second)) + 1):
+        distinct = len(set(first + second)) == len(first + second) - k
+        if distinct and first[-k:] == second[:k] and output == first[:-k] + second[k:]:
+            return k
+    return 0
+
+
+def _both_bfloat16(x1, x2) -> bool:
+    return keras.backend.standardize_dtype(x1.dtype) == keras.backend.standardize_dtype(x2.dtype) == "bfloat16"
+
+
+def _on_cpu() -> bool:
+    import jax
+
+    return jax.default_backend() == "cpu"
+
+
+def _dot(x1, x2, axes1: tuple, axes2: tuple):
+    """Contracts `axes1` of `x1` with `axes2` of `x2`, summing in float32, rounded to bfloat16 once."""
+    import jax
+    import jax.numpy as jnp
+
+    dimensions = ((axes1, axes2), ((), ()))
+    return jax.lax.dot_general(x1, x2, dimensions, preferred_element_type=jnp.float32).astype(jnp.bfloat16)
+
+
+@functools.cache
+def _tensordot():
+    """`x1`'s last k axes contracted with `x2`'s first k, with a gradient of the same kind of dots."""
+    import jax
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+    def tensordot(x1, x2, k):
+        return _dot(x1, x2, tuple(range(x1.ndim - k, x1.ndim)), tuple(range(k)))
+
+    def forward(x1, x2, k):
+        return tensordot(x1, x2, k), (x1, x2)
+
+    def backward(k, operands, gradient):
+        x1, x2 = operands
+        gradient = gradient.astype(x1.dtype)
+        kept1, kept2 = x1.ndim - k, x2.ndim - k
+        # d x1 = gradient . x2 over x2's kept axes; d x2 = x1 . gradient over x1's kept axes.
+        d1 = _dot(gradient, x2, tuple(range(kept1, kept1 + kept2)), tuple(range(k, x2.ndim)))
+        d2 = _dot(x1, gradient, tuple(range(kept1)), tuple(range(kept1)))
+        return d1, d2
+
+    tensordot.defvjp(forward, backward)
+    return tensordot
+
+
+def _contract(x1, x2, k: int):
+    return _tensordot()(x1, x2, k)
