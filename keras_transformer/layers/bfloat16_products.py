@@ -95,9 +95,10 @@ def _install() -> None:
     keras_matmul, keras_einsum = module.matmul, module.einsum
 
     def matmul(x1, x2):
-        x1, x2 = module.convert_to_tensor(x1), module.convert_to_tensor(x2)
-        if _ACTIVE.get() and _both_bfloat16(x1, x2) and x1.ndim >= 2 and x2.ndim == 2:
-            return _contract(x1, x2, 1)
+        if _ACTIVE.get():  # Keras' own converts its operands itself
+            x1, x2 = module.convert_to_tensor(x1), module.convert_to_tensor(x2)
+            if _both_bfloat16(x1, x2) and x1.ndim >= 2 and x2.ndim == 2:
+                return _contract(x1, x2, 1)
         return keras_matmul(x1, x2)
 
     def einsum(subscripts, *operands, **kwargs):
