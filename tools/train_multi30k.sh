@@ -19,7 +19,8 @@
 # Environment: KERAS_TRANSFORMER_DATA (default ../shared/data), RUNS (default runs),
 #   PRESETS (default presets), KERAS_BACKEND. Re-running resumes an unfinished run;
 #   TRAIN=0 skips training and averages and scores the checkpoints there are;
-#   LAST=K averages the last K checkpoints instead of 10.
+#   LAST=K averages the last K checkpoints instead of 10;
+#   SEED=N trains with another seed (default 1), in RUNS/multi30k_en_TGT_seedN.
 #   TEXT=lctok: a control run, not a preset: the same recipe on the lower-cased,
 #   Moses-tokenized files (as Wu et al. trained), in RUNS/multi30k_en_TGT_lctok,
 #   scored by BLEU on that tokenized text against the tokenized references.
@@ -39,6 +40,10 @@ LANGUAGES=("$@")
 for tgt in "${LANGUAGES[@]}"; do
     run="$RUNS/multi30k_en_$tgt"
     preset="$PRESETS/multi30k_en_$tgt"
+    if [ "${SEED:-1}" != 1 ]; then
+        run="${run}_seed$SEED"
+        preset="$run/preset_float16"
+    fi
     src_file() { echo "$DATA/raw/$1.$2.gz"; }
     if [ "${TEXT:-raw}" = lctok ]; then
         run="${run}_lctok"
@@ -55,7 +60,7 @@ for tgt in "${LANGUAGES[@]}"; do
             --warmup-steps 2000 --peak-lr 0.005 --label-smoothing 0.1 \
             --checkpoint-every-steps 80 --checkpoint-every-minutes 0 --keep-checkpoints 10 \
             --valid-every 400 \
-            --seed 1 --out "$run"
+            --seed "${SEED:-1}" --out "$run"
     fi
 
     if [ "${TEXT:-raw}" = lctok ]; then
