@@ -20,6 +20,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_transformer.utils.slice_update import slice_update
+
 NEG_INF = -1e9
 
 
@@ -233,7 +235,7 @@ def greedy_search(
     batch = ops.shape(first_logits)[0]
     max_lengths = _limit_lengths(max_lengths, buffer_length, with_completion)
     tokens = ops.full((batch, buffer_length), pad_token_id, dtype="int32")
-    tokens = ops.slice_update(tokens, (0, 0), ops.full((batch, 1), start_token_id, "int32"))
+    tokens = slice_update(tokens, (0, 0), ops.full((batch, 1), start_token_id, "int32"))
 
     def choose(logits, index, done):
         # The most probable token is the largest logit: no softmax needed.
@@ -244,7 +246,7 @@ def greedy_search(
 
     done = ops.zeros((batch,), dtype="bool")
     token = choose(first_logits, 1, done)
-    tokens = ops.slice_update(tokens, (0, 1), token[:, None])
+    tokens = slice_update(tokens, (0, 1), token[:, None])
     done = token == end_token_id
 
     def cond(index, tokens, done, cache):
@@ -253,7 +255,7 @@ def greedy_search(
     def body(index, tokens, done, cache):
         logits, cache = step_fn(ops.slice(tokens, (0, index), (batch, 1)), index, cache)
         token = choose(logits, index + 1, done)
-        tokens = ops.slice_update(tokens, (0, index + 1), token[:, None])
+        tokens = slice_update(tokens, (0, index + 1), token[:, None])
         return index + 1, tokens, ops.logical_or(done, token == end_token_id), cache
 
     _, tokens, done, _ = ops.while_loop(

@@ -13,7 +13,7 @@ layer's whole cache at every step and the layout makes it transpose the keys
 again, so a step's cost grew with the output buffer far faster than the
 attention itself. Here keys and values are separate tensors, values laid
 out `(batch, heads, length, head_dim)` and keys `(batch, heads, head_dim,
-length)`, each written in place at the step's position (`ops.slice_update`),
+length)`, each written in place at the step's position (`utils.slice_update`),
 and equation 1 is two batched matrix products, `Q K^T` on keys already
 transposed (XLA on a CPU takes several times longer for it on keys laid out
 like the values). A step's cost now grows with the buffer about as the
@@ -24,6 +24,7 @@ from keras import ops
 
 from keras_transformer.layers.attention import heads_first, keys_transposed, scaled_dot_product_attention
 from keras_transformer.utils import library_internals
+from keras_transformer.utils.slice_update import slice_update
 
 
 def cache_keys_values(attention, sequence) -> tuple:
@@ -64,7 +65,7 @@ def record_position(slot_owners, index, beams: int):
     """Each hypothesis writes position `index` into its own beam's slot."""
     rows = ops.shape(slot_owners)[0]
     own_beam = ops.arange(rows, dtype="int32") % beams
-    return ops.slice_update(slot_owners, (0, index), own_beam[:, None])
+    return slice_update(slot_owners, (0, index), own_beam[:, None])
 
 
 def visible_slots(slot_owners, beams: int):
@@ -116,8 +117,8 @@ def attend_cached(attention, query_input, keys, values, mask, beams, update_inde
     query_input = ops.reshape(query_input, (ops.shape(keys)[0], beams, rows_shape[-1]))
     if update_index is not None:
         slot = update_index * beams
-        keys = ops.slice_update(keys, (0, 0, 0, slot), keys_transposed(projections["key"](query_input)))
-        values = ops.slice_update(values, (0, 0, slot, 0), heads_first(projections["value"](query_input)))
+        keys = slice_update(keys, (0, 0, 0, slot), keys_transposed(projections["key"](query_input)))
+        values = slice_update(values, (0, 0, slot, 0), heads_first(projections["value"](query_input)))
     mixed, _ = scaled_dot_product_attention(heads_first(projections["query"](query_input)), keys, values, mask)
     output = projections["output"](heads_first(mixed))
     return ops.reshape(output, rows_shape), keys, values
