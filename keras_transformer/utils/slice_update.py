@@ -10,7 +10,7 @@ def slice_update(inputs, start_indices, updates):
     Keras writes it on TensorFlow with XLA's DynamicUpdateSlice, which suits
     a compiled search. Run eagerly (the command line decodes a few sentences
     without compiling), TensorFlow compiles that op with XLA for every new
-    shape it meets, which costs a one-sentence beam search about a third of
+    shape it meets, which costs a one-sentence beam search about a fifth of
     its time (`python -m benchmarks.first_sentence`, empty compile cache).
     Eagerly, TensorFlow's own strided-slice update writes the same slice
     with no compilation. The update must lie inside `inputs`.
