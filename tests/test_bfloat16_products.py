@@ -1,5 +1,5 @@
-"""bfloat16 products traced inside `float32_accumulation()` are bfloat16 x bfloat16 -> float32 dots on JAX's CPU
-backend, with the values and gradients of Keras' own products."""
+"""bfloat16 products traced for XLA inside `float32_accumulation()` are bfloat16 x bfloat16 -> float32 dots on
+the CPU (JAX, and TensorFlow with `jit_compile=True`), with the values and gradients of Keras' own products."""
 
 import contextlib
 import re
@@ -35,20 +35,30 @@ def jax():
 
 @pytest.mark.parametrize("name", sorted(PRODUCTS))
 def test_values_and_gradients_are_keras_own(jax, name):
-    product, shape_a, shape_b = PRODUCTS[name]
-    a, b = operands(shape_a, shape_b)
+    loss, (a, b) = _squared_sum(PRODUCTS[name])
+    expected = jax.value_and_grad(loss, argnums=(0, 1))(a, b)
+    with float32_accumulation():
+        routed = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(a, b)
+    _assert_close(routed, expected)
+
+
+def _squared_sum(product_and_shapes):
+    """A loss of the product's result, and bfloat16 operands for it."""
+    product, shape_a, shape_b = product_and_shapes
 
     def loss(a, b):
         return ops.sum(ops.cast(product(a, b), "float32") ** 2)
 
-    expected_value, expected_gradients = jax.value_and_grad(loss, argnums=(0, 1))(a, b)
-    with float32_accumulation():
-        value, gradients = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(a, b)
-    np.testing.assert_allclose(float(value), float(expected_value), rtol=2e-2)
-    for gradient, expected in zip(gradients, expected_gradients):
-        assert gradient.dtype == expected.dtype == "bfloat16"
-        gradient, expected = (np.asarray(g, "float32") for g in (gradient, expected))
-        np.testing.assert_allclose(gradient, expected, rtol=5e-2, atol=0.1)
+    return loss, operands(shape_a, shape_b)
+
+
+def _assert_close(routed, expected):
+    """`(value, gradients)` pairs: the same up to bfloat16 rounding, gradients in bfloat16."""
+    np.testing.assert_allclose(float(routed[0]), float(expected[0]), rtol=2e-2)
+    for gradient, keras_own in zip(routed[1], expected[1]):
+        assert gradient.dtype == keras_own.dtype == "bfloat16"
+        gradient, keras_own = (np.asarray(ops.cast(g, "float32")) for g in (gradient, keras_own))
+        np.testing.assert_allclose(gradient, keras_own, rtol=5e-2, atol=0.1)
 
 
 def test_the_traced_dot_takes_bfloat16_and_sums_in_float32(jax):
@@ -64,6 +74,59 @@ def _dot_operand_types(program: str) -> set[str]:
     types = dict(re.findall(r"%(\S+) = (\w+)\[", program))
     operands = re.findall(r" dot\(%([^,\s)]+), %([^,\s)]+)\)", program)
     return {types[name] for pair in operands for name in pair}
+
+
+@pytest.fixture
+def tf():
+    import keras
+
+    if keras.config.backend() != "tensorflow":
+        pytest.skip("TensorFlow's products are rerouted under XLA")
+    import tensorflow as tf
+
+    return tf
+
+
+def _tf_value_and_gradients(tf, loss, a, b):
+    with tf.GradientTape() as tape:
+        tape.watch([a, b])
+        value = loss(a, b)
+    return value, tape.gradient(value, [a, b])
+
+
+@pytest.mark.parametrize("name", sorted(PRODUCTS))
+def test_tensorflow_values_and_gradients_under_xla_are_keras_own(tf, name):
+    loss, (a, b) = _squared_sum(PRODUCTS[name])
+    expected = _tf_value_and_gradients(tf, loss, a, b)
+    compiled = tf.function(lambda a, b: _tf_value_and_gradients(tf, loss, a, b), jit_compile=True)
+    with float32_accumulation():
+        routed = compiled(a, b)
+        program = compiled.experimental_get_compiler_ir(a, b)(stage="optimized_hlo")
+    if _cpu_has_bfloat16_units(tf):
+        assert "bf16" in _dot_operand_types(program)  # the forward product at least
+    _assert_close(routed, expected)
+
+
+def test_tensorflow_routes_only_what_xla_compiles(tf):
+    a, b = operands((32, 64), (64, 48))
+    with float32_accumulation():
+        # Eagerly and in a function without XLA, TensorFlow's own kernels run:
+        # it has none for a bfloat16 product summed into float32.
+        eager = ops.matmul(a, b)
+        plain = tf.function(lambda a, b: ops.matmul(a, b), jit_compile=False)(a, b)
+        compiled = tf.function(lambda a, b: ops.matmul(a, b), jit_compile=True)
+        program = compiled.experimental_get_compiler_ir(a, b)(stage="optimized_hlo")
+    outside = tf.function(lambda a, b: ops.matmul(a, b), jit_compile=True)
+    np.testing.assert_allclose(np.asarray(ops.cast(plain, "float32")), np.asarray(ops.cast(eager, "float32")))
+    if _cpu_has_bfloat16_units(tf):
+        assert _dot_operand_types(program) == {"bf16"}
+        assert _dot_operand_types(outside.experimental_get_compiler_ir(a, b)(stage="optimized_hlo")) == {"f32"}
+
+
+def _cpu_has_bfloat16_units(tf) -> bool:
+    from keras_transformer.layers.bfloat16_products import cpu_has_bfloat16_instructions
+
+    return not tf.config.list_physical_devices("GPU") and cpu_has_bfloat16_instructions()
 
 
 def test_other_products_and_dtypes_are_left_alone():
@@ -83,18 +146,21 @@ def bfloat16_units(jax):
         pytest.skip("the products are rerouted on CPUs with bfloat16 instructions only")
 
 
+TASK_INPUTS = {
+    "encoder_token_ids": np.ones((2, 5), "int32"),
+    "encoder_padding_mask": np.ones((2, 5), "int32"),
+    "decoder_token_ids": np.ones((2, 4), "int32"),
+    "decoder_padding_mask": np.ones((2, 4), "int32"),
+}
+
+
 def _task_program(jax, tokenizer, enabled: bool) -> str:
     """The optimised XLA program of a tiny `mixed_bfloat16` Transformer's
     forward pass, as `fit` runs it (the functional graph of its layers)."""
     from helpers import make_model
 
     model = make_model(tokenizer, dtype="mixed_bfloat16")
-    inputs = {
-        "encoder_token_ids": np.ones((2, 5), "int32"),
-        "encoder_padding_mask": np.ones((2, 5), "int32"),
-        "decoder_token_ids": np.ones((2, 4), "int32"),
-        "decoder_padding_mask": np.ones((2, 4), "int32"),
-    }
+    inputs = TASK_INPUTS
     values = [v.value for v in model.trainable_variables + model.non_trainable_variables]
 
     def forward(values, inputs):
@@ -128,6 +194,28 @@ def test_the_model_s_layers_trace_bfloat16_dots(jax, bfloat16_units, tokenizer):
     )
     assert inside[vocabulary] == inside[d_ff] == {"bf16"}
     assert outside[vocabulary] == outside[d_ff] == {"f32"}
+
+
+def test_tensorflow_model_layers_trace_bfloat16_dots_under_xla(tf, tokenizer):
+    # As the compiled searches trace them: the feed-forward layers multiply
+    # bfloat16 operands. (The pre-softmax projection, a product with the
+    # transposed embedding, stays float32: see the module's docstring.)
+    if not _cpu_has_bfloat16_units(tf):
+        pytest.skip("the products are rerouted on CPUs with bfloat16 instructions only")
+    from helpers import make_model
+
+    model = make_model(tokenizer, dtype="mixed_bfloat16")
+    inputs = TASK_INPUTS
+    programs = {}
+    for enabled in (True, False):
+        forward = tf.function(lambda inputs: model(inputs, training=False), jit_compile=True)
+        with contextlib.nullcontext() if enabled else float32_accumulation(False):
+            programs[enabled] = _dots_by_output_width(
+                forward.experimental_get_compiler_ir(inputs)(stage="optimized_hlo")
+            )
+    d_ff = 32
+    assert programs[True][d_ff] == {"bf16"}
+    assert programs[False][d_ff] == {"f32"}
 
 
 def test_tensorflow_trains_bfloat16_without_xla_and_decodes_with_it(monkeypatch, tokenizer):

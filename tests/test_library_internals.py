@@ -1,4 +1,4 @@
-"""Every private Keras/KerasHub name `library_internals` touches still exists.
+"""Every private Keras/KerasHub/TensorFlow name `library_internals` touches still exists.
 
 When an upgrade of Keras or KerasHub moves one of them, this fails first,
 naming it, instead of a training run failing (or silently misbehaving) later.
@@ -126,3 +126,20 @@ def test_block_sublayers_and_projections():
         projections = library_internals.attention_projections(attention)
         assert [tuple(p.kernel.shape) for p in projections.values()] == [(8, 2, 4)] * 3 + [(2, 4, 8)]
     assert callable(library_internals.preprocessing_function) and callable(library_internals.convert_to_ragged_batch)
+
+
+def test_tensorflow_xla_context_is_still_readable():
+    if keras.config.backend() != "tensorflow":
+        pytest.skip("TensorFlow's XLA context")
+    import tensorflow as tf
+
+    seen = []
+
+    def record(x):
+        seen.append(library_internals.tensorflow_compiles_with_xla())
+        return x
+
+    record(1.0)
+    tf.function(record, jit_compile=False)(1.0)
+    tf.function(record, jit_compile=True)(1.0)
+    assert seen == [False, False, True]

@@ -32,10 +32,11 @@ def resolve_jit_compile(jit_compile: bool | str = "auto", training_dtype: str | 
     devices, which XLA refuses). On torch, "auto" stays eager
     (`torch.compile` is opt-in with `jit_compile=True`).
 
-    XLA's CPU backend computes a bfloat16 product in float32, while
-    TensorFlow's own (oneDNN) kernels run it on the CPU's bfloat16 units:
-    bfloat16 training steps, dominated by large products, are faster
-    without XLA there. Decoding, many small steps, stays faster with XLA.
+    TensorFlow's own (oneDNN) kernels run every bfloat16 product on the
+    CPU's bfloat16 units, while under XLA the weight gradients stay float32
+    (`layers.bfloat16_products`): bfloat16 training steps, dominated by
+    large products, are faster without XLA there. Decoding, many small
+    steps, stays faster with XLA.
 
     Args:
         jit_compile: True, False or "auto".

@@ -1,4 +1,4 @@
-"""bfloat16 matrix products that XLA's CPU backend runs on the CPU's bfloat16 units (JAX).
+"""bfloat16 matrix products that XLA's CPU backend runs on the CPU's bfloat16 units.
 
 Under Keras' `mixed_bfloat16` policy a layer multiplies two bfloat16
 operands into a bfloat16 result. XLA's CPU backend computes such a dot in
@@ -6,13 +6,25 @@ float32: it converts both operands, multiplies with float32 kernels and
 rounds the result, which makes bfloat16 no faster than float32. A bfloat16 x
 bfloat16 -> float32 dot, however, goes to YNNPACK's bfloat16 kernels
 (AVX512_BF16 and AMX instructions where the CPU has them). Inside
-`float32_accumulation()`, Keras' JAX `matmul` and `einsum` of two bfloat16
+`float32_accumulation()`, Keras' `matmul` and `einsum` of two bfloat16
 operands that contract one's last axes with the other's first (dense layers,
 attention projections, the output projection) are traced as that dot plus
 one rounding to bfloat16: the same values as before (float32 sums rounded
 once), from the faster kernels. Their gradients are computed the same way.
-Other products, dtypes and backends, and CPUs without bfloat16 instructions
-(where this was not measured), are left as they are.
+
+On JAX that is `dot_general(preferred_element_type=float32)`. On TensorFlow
+it is `BatchMatMulV3` with a float32 `Tout`, which only XLA compiles
+(TensorFlow has no kernel of its own for it): products traced for XLA
+(`jit_compile=True`) are routed, and those TensorFlow runs itself (eagerly,
+or in a function without XLA) are left to its oneDNN kernels, which already
+use the bfloat16 units. The XLA in TensorFlow 2.21 still converts two kinds
+of routed dots to float32, those whose operand is transposed: the output
+projection `h E^T` and the weight gradients. So under XLA TensorFlow's
+forward products and input gradients reach the bfloat16 units, and a
+bfloat16 training step runs faster without XLA
+(`generation.decoding.resolve_jit_compile`). Other products, dtypes, torch, accelerators and
+CPUs without bfloat16 instructions (where this was not measured) are left
+as they are.
 
 The model's layers trace their products this way (`accumulating_in_float32`
 on the blocks' and the output projection's methods), so `fit`, `predict`,
@@ -29,6 +41,7 @@ Example:
 import contextlib
 import contextvars
 import functools
+import math
 import re
 from collections.abc import Callable
 
@@ -42,19 +55,14 @@ _ACTIVE = contextvars.ContextVar("bfloat16_products_accumulate_in_float32", defa
 
 @contextlib.contextmanager
 def float32_accumulation(enabled: bool = True):
-    """Within it, products traced on JAX (`jax.jit`, Keras' compiled steps)
-    accumulate bfloat16 operands in float32 as the module says. Tracing is
+    """Within it, products traced for XLA (`jax.jit`, TensorFlow's
+    `jit_compile=True`, Keras' compiled steps) accumulate bfloat16 operands
+    in float32 as the module says. Tracing is
     what it affects: a function compiled before keeps its products.
     `float32_accumulation(False)` turns it off for everything inside,
     the model's layers included (to compare the two)."""
     # Only XLA's CPU backend computes bfloat16 dots in float32; elsewhere nothing changes.
-    enabled = (
-        enabled
-        and _ACTIVE.get() is not False
-        and keras.config.backend() == "jax"
-        and _on_cpu()
-        and cpu_has_bfloat16_instructions()
-    )
+    enabled = enabled and _ACTIVE.get() is not False and _on_cpu() and cpu_has_bfloat16_instructions()
     if enabled:
         _install()
     token = _ACTIVE.set(enabled)
@@ -89,24 +97,32 @@ def cpu_has_bfloat16_instructions() -> bool:
 
 @functools.cache
 def _install() -> None:
-    """Routes Keras' JAX `matmul` and `einsum` through this module, once;
-    outside `float32_accumulation()` they call Keras' own."""
-    module = library_internals.jax_numpy_module()
+    """Routes Keras' `matmul` and `einsum` of the backend through this
+    module, once; outside `float32_accumulation()`, and on TensorFlow outside
+    XLA, they call Keras' own."""
+    module = library_internals.backend_numpy_module()
     keras_matmul, keras_einsum = module.matmul, module.einsum
+    if keras.config.backend() == "jax":
+        contract, routing = _jax_tensordot, _ACTIVE.get
+    else:
+        contract = _tensorflow_tensordot
+
+        def routing():
+            return _ACTIVE.get() and library_internals.tensorflow_compiles_with_xla()
 
     def matmul(x1, x2):
-        if _ACTIVE.get():  # Keras' own converts its operands itself
+        if routing():  # Keras' own converts its operands itself
             x1, x2 = module.convert_to_tensor(x1), module.convert_to_tensor(x2)
-            if _both_bfloat16(x1, x2) and x1.ndim >= 2 and x2.ndim == 2:
-                return _contract(x1, x2, 1)
+            if _both_bfloat16(x1, x2) and len(x1.shape) >= 2 and len(x2.shape) == 2:
+                return contract(x1, x2, 1)
         return keras_matmul(x1, x2)
 
     def einsum(subscripts, *operands, **kwargs):
-        if _ACTIVE.get() and len(operands) == 2 and not kwargs:
+        if routing() and len(operands) == 2 and not kwargs:
             x1, x2 = (module.convert_to_tensor(x) for x in operands)
             axes = _contracted_axes(subscripts)
             if axes and _both_bfloat16(x1, x2):
-                return _contract(x1, x2, axes)
+                return contract(x1, x2, axes)
         return keras_einsum(subscripts, *operands, **kwargs)
 
     module.matmul, module.einsum = matmul, einsum
@@ -136,9 +152,18 @@ def _both_bfloat16(x1, x2) -> bool:
 
 
 def _on_cpu() -> bool:
-    import jax
+    """Whether the backend computes on the CPU: JAX's default device is
+    one, or TensorFlow sees no GPU."""
+    backend = keras.config.backend()
+    if backend == "jax":
+        import jax
 
-    return jax.default_backend() == "cpu"
+        return jax.default_backend() == "cpu"
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return not tf.config.list_physical_devices("GPU")
+    return False
 
 
 def _dot(x1, x2, axes1: tuple, axes2: tuple):
@@ -151,7 +176,7 @@ def _dot(x1, x2, axes1: tuple, axes2: tuple):
 
 
 @functools.cache
-def _tensordot():
+def _jax_tensordot_with_gradient():
     """`x1`'s last k axes contracted with `x2`'s first k, with a gradient of the same kind of dots."""
     import jax
 
@@ -175,5 +200,36 @@ def _tensordot():
     return tensordot
 
 
-def _contract(x1, x2, k: int):
-    return _tensordot()(x1, x2, k)
+def _jax_tensordot(x1, x2, k: int):
+    return _jax_tensordot_with_gradient()(x1, x2, k)
+
+
+def _tensorflow_tensordot(x1, x2, k: int):
+    """`x1`'s last k axes contracted with `x2`'s first k, as one matrix product."""
+    import tensorflow as tf
+
+    contracted = math.prod(x2.shape[:k])
+    product = _tensorflow_matrix_product()(tf.reshape(x1, (-1, contracted)), tf.reshape(x2, (contracted, -1)))
+    kept = [tf.shape(x1)[i] if size is None else size for i, size in enumerate(x1.shape[: len(x1.shape) - k])]
+    return tf.reshape(product, kept + list(x2.shape[k:]))
+
+
+@functools.cache
+def _tensorflow_matrix_product():
+    """`a @ b` of bfloat16 matrices, summed in float32 and rounded to bfloat16
+    once, with a gradient of the same kind of products."""
+    import tensorflow as tf
+
+    def product(a, b, adj_x=False, adj_y=False):
+        exact = tf.raw_ops.BatchMatMulV3(x=a, y=b, Tout=tf.float32, adj_x=adj_x, adj_y=adj_y)
+        return tf.cast(exact, tf.bfloat16)
+
+    @tf.custom_gradient
+    def matrix_product(a, b):
+        def gradient(upstream):
+            upstream = tf.cast(upstream, a.dtype)
+            return product(upstream, b, adj_y=True), product(a, upstream, adj_x=True)
+
+        return product(a, b), gradient
+
+    return matrix_product

@@ -1,4 +1,4 @@
-"""Every use of a private Keras or KerasHub attribute, in one place.
+"""Every use of a private Keras, KerasHub or TensorFlow attribute, in one place.
 
 Each function here exists because the installed library offers no public
 route to something the paper needs. `tests/test_library_internals.py` checks
@@ -204,11 +204,25 @@ def preset_config(preset: str) -> dict:
     return _preset_utils.load_json(preset, CONFIG_FILE)
 
 
-def jax_numpy_module():
-    """Keras' JAX implementation of `keras.ops`' numpy functions
-    (`keras.src.backend.jax.numpy`): `ops.matmul` and `ops.einsum` look up its
-    `matmul` and `einsum` at each call, so `layers.bfloat16_products` can
-    route them (Keras has no hook for the element type a product sums in)."""
-    from keras.src.backend.jax import numpy as module
-
+def backend_numpy_module():
+    """Keras' implementation of `keras.ops`' numpy functions for the backend
+    (`keras.src.backend.jax.numpy`, `keras.src.backend.tensorflow.numpy`):
+    `ops.matmul` and `ops.einsum` look up its `matmul` and `einsum` at each
+    call, so `layers.bfloat16_products` can route them (Keras has no hook
+    for the element type a product sums in)."""
+    if keras.config.backend() == "jax":
+        from keras.src.backend.jax import numpy as module
+    else:
+        from keras.src.backend.tensorflow import numpy as module
     return module
+
+
+def tensorflow_compiles_with_xla() -> bool:
+    """Whether TensorFlow is tracing a function that XLA compiles
+    (`tf.function(jit_compile=True)`, and everything traced inside one):
+    TensorFlow marks such a graph with an XLA context, which only its private
+    `control_flow_util` reads."""
+    import tensorflow as tf
+    from tensorflow.python.ops import control_flow_util
+
+    return not tf.executing_eagerly() and control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
