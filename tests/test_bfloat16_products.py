@@ -243,3 +243,36 @@ def test_tensorflow_trains_bfloat16_without_xla_and_decodes_with_it(monkeypatch,
     with pytest.raises(ZeroDivisionError):
         model.generate("a dog runs .")
     assert searches == [True]
+
+
+def test_tensorflow_searches_project_onto_a_transposed_bfloat16_kernel(tf, tokenizer, monkeypatch):
+    # XLA keeps `h E^T` in float32 (E transposed): a compiled search makes
+    # E^T in bfloat16 once, and translates as with Keras' own products.
+    if not _cpu_has_bfloat16_units(tf):
+        pytest.skip("the products are rerouted on CPUs with bfloat16 instructions only")
+    from helpers import make_model
+
+    model = make_model(tokenizer, dtype="mixed_bfloat16")
+    backbone = model.backbone
+    assert backbone.decoding_output_kernel() is None  # eagerly TensorFlow's own kernels run
+    kernel = tf.function(backbone.decoding_output_kernel, jit_compile=True)()
+    assert kernel.dtype == "bfloat16" and tuple(kernel.shape) == (backbone.hidden_dim, backbone.vocabulary_size)
+    assert make_model(tokenizer).backbone.decoding_output_kernel() is None  # float32
+
+    made, original = [], type(backbone).decoding_output_kernel
+
+    def recorded(self):
+        kernel = original(self)
+        made.append(kernel is not None)
+        return kernel
+
+    monkeypatch.setattr(type(backbone), "decoding_output_kernel", recorded)
+    sentences = ["a dog runs .", "two men play football in the park ."]
+    model.compile(jit_compile=True)
+    routed = model.generate(sentences)
+    assert made and all(made)
+    traced = len(made)
+    with float32_accumulation(False):
+        model.compile(jit_compile=True)  # traced anew, with Keras' own products
+        assert model.generate(sentences) == routed
+    assert len(made) > traced and not any(made[traced:])

@@ -104,14 +104,15 @@ def search_step(
     max_lengths = ops.sum(ops.cast(is_text, "int32"), axis=-1) + max_extra_length + 1
 
     cross_cache = backbone.cross_attention_cache(encoder_output)
+    output_kernel = backbone.decoding_output_kernel()
     start = ops.full((batch, 1), start_token_id, dtype="int32")
     logits, self_cache = backbone.decode_step(
-        start, 0, source_mask, backbone.empty_cache(batch, buffer_length), cross_cache
+        start, 0, source_mask, backbone.empty_cache(batch, buffer_length), cross_cache, output_kernel
     )
     first_logits = ops.cast(logits[:, 0, :], "float32")
 
     def step(token_ids, index, cache):
-        logits, cache = backbone.decode_step(token_ids, index, source_mask, cache, cross_cache)
+        logits, cache = backbone.decode_step(token_ids, index, source_mask, cache, cross_cache, output_kernel)
         return ops.cast(logits[:, 0, :], "float32"), cache
 
     if "decoder_padding_mask" in inputs:

@@ -72,6 +72,15 @@ def float32_accumulation(enabled: bool = True):
         _ACTIVE.reset(token)
 
 
+def routes_products() -> bool:
+    """Whether products traced here now are routed (inside a
+    `float32_accumulation()` or not, unless one turned it off): on JAX on a
+    CPU with bfloat16 instructions, and on TensorFlow there while XLA compiles."""
+    if _ACTIVE.get() is False or not (_on_cpu() and cpu_has_bfloat16_instructions()):
+        return False
+    return keras.config.backend() == "jax" or library_internals.tensorflow_compiles_with_xla()
+
+
 def accumulating_in_float32(method: Callable) -> Callable:
     """Decorates a layer's method so that it runs inside `float32_accumulation()`."""
 

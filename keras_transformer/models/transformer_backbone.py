@@ -11,7 +11,11 @@ from keras_transformer.layers import (
     ScaledSharedEmbedding,
     SinusoidalPositionEncoding,
 )
-from keras_transformer.layers.bfloat16_products import accumulating_in_float32
+from keras_transformer.layers.bfloat16_products import (
+    accumulating_in_float32,
+    float32_accumulation,
+    routes_products,
+)
 from keras_transformer.layers.cached_attention import (
     empty_keys_values,
     empty_slot_owners,
@@ -265,8 +269,9 @@ class TransformerBackbone(keras_hub.models.Backbone):
             logits = self.logits_bias(logits)
         return logits
 
-    def decoding_logits(self, hidden):
-        """`logits(hidden)` for one decoding step, `hidden` `(rows, 1, d_model)`.
+    def decoding_logits(self, hidden, output_kernel=None):
+        """`logits(hidden)` for one decoding step, `hidden` `(rows, 1, d_model)`;
+        `output_kernel`: `decoding_output_kernel()`'s, if it made one.
 
         On JAX, with 128 rows or more (beam search) and a vocabulary of
         16,000 tokens or more, `hidden @ E^T` runs as four products over
@@ -278,20 +283,43 @@ class TransformerBackbone(keras_hub.models.Backbone):
         is the fastest at every size.
         """
         embedding = self.decoder_token_embedding
-        plain = (
-            keras.config.backend() == "jax"
+        if output_kernel is not None:
+            with float32_accumulation():
+                logits = ops.matmul(hidden, output_kernel)
+        else:
+            plain = (
+                keras.config.backend() == "jax"
+                and embedding.tie_weights
+                and embedding.quantization_mode is None
+                and embedding.reverse_dtype is None
+                and embedding.logit_soft_cap is None
+            )
+            rows = hidden.shape[0]
+            if not plain or rows is None or rows < 128 or embedding.input_dim < 16_000:
+                return self.logits(hidden)
+            logits = logits_by_parts(hidden, embedding.embeddings, parts=4)
+        if self.logits_bias is not None:
+            logits = self.logits_bias(logits)
+        return logits
+
+    def decoding_output_kernel(self):
+        """`E^T` `(d_model, vocabulary)` in bfloat16, for `decoding_logits`,
+        where TensorFlow's XLA would otherwise compute `h E^T` in float32; else
+        None. A search computes it once, outside its loop: XLA's bfloat16
+        kernels take the vocabulary as the second operand's last axis
+        (`layers.bfloat16_products`), and each step then reads the kernel
+        as bfloat16, half the bytes of the float32 variable it casts."""
+        embedding = self.decoder_token_embedding
+        routed = (
+            keras.config.backend() == "tensorflow"
+            and self.compute_dtype == "bfloat16"
             and embedding.tie_weights
             and embedding.quantization_mode is None
             and embedding.reverse_dtype is None
             and embedding.logit_soft_cap is None
+            and routes_products()
         )
-        rows = hidden.shape[0]
-        if not plain or rows is None or rows < 128 or embedding.input_dim < 16_000:
-            return self.logits(hidden)
-        logits = logits_by_parts(hidden, embedding.embeddings, parts=4)
-        if self.logits_bias is not None:
-            logits = self.logits_bias(logits)
-        return logits
+        return ops.transpose(ops.cast(embedding.embeddings, "bfloat16")) if routed else None
 
     def embed(self, token_ids, dropout_layer, start_index=0, training=None):
         """`Dropout(E[ids] * sqrt(d_model) + PE)` for positions from `start_index`.
@@ -320,7 +348,9 @@ class TransformerBackbone(keras_hub.models.Backbone):
         decoding time)."""
         return tuple(block.cross_attention_cache(encoder_output) for block in self.decoder_blocks)
 
-    def decode_step(self, token_ids, index, encoder_padding_mask, self_attention_cache, cross_attention_cache):
+    def decode_step(
+        self, token_ids, index, encoder_padding_mask, self_attention_cache, cross_attention_cache, output_kernel=None
+    ):
         """Decodes the tokens at position `index` with cached keys and values.
 
         Args:
@@ -334,6 +364,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
                 positions decoded so far; position `index`'s are written here.
             cross_attention_cache: `cross_attention_cache(encoder_output)`,
                 one copy per sentence, which all its beams read.
+            output_kernel: `decoding_output_kernel()`'s, made once per search.
 
         Returns:
             `(logits, self_attention_cache)`, logits `(rows, 1,
@@ -351,7 +382,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
             caches.append(self_cache)
         if self.decoder_final_norm is not None:
             x = self.decoder_final_norm(x)
-        return self.decoding_logits(x), {"slot_owners": slot_owners, "layers": tuple(caches)}
+        return self.decoding_logits(x, output_kernel), {"slot_owners": slot_owners, "layers": tuple(caches)}
 
     def empty_cache(self, sentences, length) -> dict:
         """The self-attention cache of one hypothesis per sentence, for
