@@ -19,9 +19,10 @@ it is `BatchMatMulV3` with a float32 `Tout`, which only XLA compiles
 or in a function without XLA) are left to its oneDNN kernels, which already
 use the bfloat16 units. The XLA in TensorFlow 2.21 still converts two kinds
 of routed dots to float32, those whose operand is transposed: the output
-projection `h E^T` and the weight gradients. So under XLA TensorFlow's
-forward products and input gradients reach the bfloat16 units, and a
-bfloat16 training step runs faster without XLA
+projection `h E^T` (searches project onto a transposed copy instead,
+`TransformerBackbone.decoding_output_kernel`) and the weight gradients. So
+under XLA TensorFlow's forward products and input gradients reach the
+bfloat16 units, and a bfloat16 training step runs faster without XLA
 (`generation.decoding.resolve_jit_compile`). Other products, dtypes, torch, accelerators and
 CPUs without bfloat16 instructions (where this was not measured) are left
 as they are.
