@@ -23,9 +23,9 @@ projection `h E^T` (searches project onto a transposed copy instead,
 `TransformerBackbone.decoding_output_kernel`) and the weight gradients. So
 under XLA TensorFlow's forward products and input gradients reach the
 bfloat16 units, and a bfloat16 training step runs faster without XLA
-(`generation.decoding.resolve_jit_compile`). Other products, dtypes, torch, accelerators and
-CPUs without bfloat16 instructions (where this was not measured) are left
-as they are.
+(`generation.decoding.resolve_jit_compile`). Other products, dtypes,
+torch, accelerators and CPUs without bfloat16 instructions (where this was
+not measured) are left as they are.
 
 The model's layers trace their products this way (`accumulating_in_float32`
 on the blocks' and the output projection's methods), so `fit`, `predict`,
