@@ -11,11 +11,7 @@ from keras_transformer.layers import (
     ScaledSharedEmbedding,
     SinusoidalPositionEncoding,
 )
-from keras_transformer.layers.bfloat16_products import (
-    accumulating_in_float32,
-    float32_accumulation,
-    routes_products,
-)
+from keras_transformer.layers.bfloat16_products import accumulating_in_float32, routes_products
 from keras_transformer.layers.cached_attention import (
     empty_keys_values,
     empty_slot_owners,
@@ -269,6 +265,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
             logits = self.logits_bias(logits)
         return logits
 
+    @accumulating_in_float32
     def decoding_logits(self, hidden, output_kernel=None):
         """`logits(hidden)` for one decoding step, `hidden` `(rows, 1, d_model)`;
         `output_kernel`: `decoding_output_kernel()`'s, if it made one.
@@ -284,16 +281,9 @@ class TransformerBackbone(keras_hub.models.Backbone):
         """
         embedding = self.decoder_token_embedding
         if output_kernel is not None:
-            with float32_accumulation():
-                logits = ops.matmul(hidden, output_kernel)
+            logits = ops.matmul(hidden, output_kernel)
         else:
-            plain = (
-                keras.config.backend() == "jax"
-                and embedding.tie_weights
-                and embedding.quantization_mode is None
-                and embedding.reverse_dtype is None
-                and embedding.logit_soft_cap is None
-            )
+            plain = keras.config.backend() == "jax" and self._output_projection_is_plain()
             rows = hidden.shape[0]
             if not plain or rows is None or rows < 128 or embedding.input_dim < 16_000:
                 return self.logits(hidden)
@@ -309,17 +299,24 @@ class TransformerBackbone(keras_hub.models.Backbone):
         kernels take the vocabulary as the second operand's last axis
         (`layers.bfloat16_products`), and each step then reads the kernel
         as bfloat16, half the bytes of the float32 variable it casts."""
-        embedding = self.decoder_token_embedding
         routed = (
             keras.config.backend() == "tensorflow"
             and self.compute_dtype == "bfloat16"
-            and embedding.tie_weights
+            and self._output_projection_is_plain()
+            and routes_products()
+        )
+        return ops.transpose(ops.cast(self.decoder_token_embedding.embeddings, "bfloat16")) if routed else None
+
+    def _output_projection_is_plain(self) -> bool:
+        """Whether `logits` is `hidden @ E^T` of the unquantized tied
+        embedding and nothing else, so the decoding paths may compute it themselves."""
+        embedding = self.decoder_token_embedding
+        return (
+            embedding.tie_weights
             and embedding.quantization_mode is None
             and embedding.reverse_dtype is None
             and embedding.logit_soft_cap is None
-            and routes_products()
         )
-        return ops.transpose(ops.cast(embedding.embeddings, "bfloat16")) if routed else None
 
     def embed(self, token_ids, dropout_layer, start_index=0, training=None):
         """`Dropout(E[ids] * sqrt(d_model) + PE)` for positions from `start_index`.
