@@ -45,6 +45,18 @@ def test_shared_embedding_scales_by_sqrt_d_model_and_reverse_is_the_transpose():
     )
 
 
+@pytest.mark.parametrize("tie_weights", [True, False])
+def test_the_output_projection_computes_in_the_policys_dtype(tie_weights):
+    layer = ScaledSharedEmbedding(input_dim=10, output_dim=4, tie_weights=tie_weights, dtype="mixed_bfloat16")
+    layer.build((None, None))
+    hidden = np.random.rand(1, 3, 4).astype("float32")
+    logits = layer(ops.cast(hidden, "bfloat16"), reverse=True)
+    assert keras.backend.standardize_dtype(logits.dtype) == "bfloat16"  # not promoted by the float32 weights
+    matrix = ops.convert_to_numpy(layer.embeddings if tie_weights else ops.transpose(layer.reverse_embeddings))
+    expected = hidden @ matrix.T
+    np.testing.assert_allclose(ops.convert_to_numpy(ops.cast(logits, "float32")), expected, rtol=0.02, atol=0.02)
+
+
 def test_embedding_init_gives_unit_variance_after_scaling():
     layer = ScaledSharedEmbedding(input_dim=4000, output_dim=64)
     embedded = ops.convert_to_numpy(layer(np.arange(4000)[None]))

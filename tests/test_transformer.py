@@ -49,6 +49,8 @@ def test_label_smoothing_matches_the_formula_and_ignores_padding():
     # Smoothing mass goes to the real tokens only, not <pad> 0, <unk> 1, <s> 2.
     per_token = [0.9 * -log_p[b, t, labels[b, t]] - 0.1 * log_p[b, t, 3:].mean() for b, t in [(0, 0), (0, 1), (1, 0)]]
     assert loss == pytest.approx(np.mean(per_token), rel=1e-5)
+    probabilities = kt.LabelSmoothedCrossEntropy(0.1, from_logits=False)(labels, np.exp(log_p))
+    assert float(probabilities) == pytest.approx(loss, rel=1e-5)
     # Changing the logits at padded positions changes nothing.
     logits[0, 2] += 100.0
     assert float(kt.LabelSmoothedCrossEntropy(0.1)(labels, logits)) == pytest.approx(loss, rel=1e-6)

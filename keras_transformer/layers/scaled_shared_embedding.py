@@ -48,6 +48,13 @@ class ScaledSharedEmbedding(keras.layers.ReversibleEmbedding):
 
     @accumulating_in_float32  # the pre-softmax projection (reverse=True)
     def call(self, inputs, reverse: bool = False):
+        if reverse and self.reverse_dtype is None and self.logit_soft_cap is None:
+            # Keras' embeddings do not autocast their weights, so under a mixed
+            # policy its `h @ E^T` would promote the bfloat16 `h` to float32:
+            # the model's largest product, run in float32. In the compute dtype
+            # it reaches the CPU's bfloat16 units, as every other product does.
+            kernel = ops.transpose(self.embeddings) if self.tie_weights else self.reverse_embeddings
+            return ops.matmul(ops.cast(inputs, self.compute_dtype), ops.cast(kernel, self.compute_dtype))
         return self._scaled(super().call(inputs, reverse=reverse), reverse)
 
     def quantized_call(self, inputs, reverse: bool = False):
