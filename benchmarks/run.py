@@ -247,7 +247,7 @@ def main(argv=None) -> None:
     }
     (args.workdir / "results.json").write_text(json.dumps({"context": context, "results": results}, indent=1))
     kept = report.appended_sections(args.output.read_text()) if args.output.exists() else ""
-    args.output.write_text(report.render(context, results) + kept)
+    args.output.write_text(report.render(context, results) + "\n" + ("\n" + kept if kept else ""))
     print(f"[benchmarks] wrote {args.output}", flush=True)
 
 
