@@ -61,6 +61,30 @@ def _assert_close(routed, expected):
         np.testing.assert_allclose(gradient, keras_own, rtol=5e-2, atol=0.1)
 
 
+def test_bias_gradients_sum_in_float32_without_a_reduce_window(jax, bfloat16_units):
+    # From JAX's own gradient XLA makes a reduce-window, many times slower on a CPU.
+    x, bias = operands((64, 32, 16), (16,))
+
+    def loss(x, bias):
+        return ops.sum(ops.cast(ops.add(x, bias), "float32") ** 2)
+
+    keras_own = jax.grad(loss, argnums=(0, 1))(x, bias)
+    with float32_accumulation():
+        gradient = jax.jit(jax.grad(loss, argnums=(0, 1)))
+        (x_gradient, bias_gradient), program = gradient(x, bias), gradient.lower(x, bias).compile().as_text()
+    assert "reduce-window" not in program
+    assert bias_gradient.dtype == "bfloat16"
+    np.testing.assert_array_equal(
+        np.asarray(ops.cast(x_gradient, "float32")), np.asarray(ops.cast(keras_own[0], "float32"))
+    )
+    # Summed in float32 and rounded once: within bfloat16's rounding of the exact sum.
+    exact = 2 * np.sum(np.asarray(ops.cast(x, "float32")) + np.asarray(ops.cast(bias, "float32")), axis=(0, 1))
+    np.testing.assert_allclose(np.asarray(ops.cast(bias_gradient, "float32")), exact, rtol=1e-2, atol=2.0)
+    with float32_accumulation():
+        # Numbers and same-shaped tensors are Keras' own adds (a Python float keeps bfloat16).
+        assert ops.add(x, 1.0).dtype == ops.add(x, x).dtype == "bfloat16"
+
+
 def test_the_traced_dot_takes_bfloat16_and_sums_in_float32(jax):
     a, b = operands((32, 64), (64, 48))
     outside = jax.jit(lambda a, b: ops.matmul(a, b)).lower(a, b).compile().as_text()

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_transformer.layers.bfloat16_products import accumulating_in_float32
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class LogitsBias(keras.layers.Layer):
@@ -31,6 +33,7 @@ class LogitsBias(keras.layers.Layer):
         self.bias = self.add_weight(shape=(vocabulary_size,), initializer="zeros", name="bias")
         self.built = True
 
+    @accumulating_in_float32  # the bias's gradient: a sum over every target position
     def call(self, logits):
         return logits + ops.cast(self.bias, logits.dtype)
 
