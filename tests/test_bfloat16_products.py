@@ -85,6 +85,24 @@ def test_bias_gradients_sum_in_float32_without_a_reduce_window(jax, bfloat16_uni
         assert ops.add(x, 1.0).dtype == ops.add(x, x).dtype == "bfloat16"
 
 
+def test_the_logits_bias_gradient_sums_in_float32(jax, bfloat16_units):
+    import keras
+
+    from keras_transformer.layers.logits_bias import LogitsBias
+
+    layer = LogitsBias(vocabulary_size=16, dtype="mixed_bfloat16")
+    logits, _ = operands((64, 32, 16), (16,))
+
+    def loss(bias):
+        return ops.sum(ops.cast(layer.stateless_call([bias], [], logits)[0], "float32") ** 2)
+
+    gradient = jax.jit(jax.grad(loss))
+    bias = keras.ops.zeros((16,))
+    assert "reduce-window" not in gradient.lower(bias).compile().as_text()
+    exact = 2 * np.sum(np.asarray(ops.cast(logits, "float32")), axis=(0, 1))
+    np.testing.assert_allclose(np.asarray(gradient(bias)), exact, rtol=1e-2, atol=2.0)
+
+
 def test_the_traced_dot_takes_bfloat16_and_sums_in_float32(jax):
     a, b = operands((32, 64), (64, 48))
     outside = jax.jit(lambda a, b: ops.matmul(a, b)).lower(a, b).compile().as_text()

@@ -181,7 +181,7 @@ def _is_bias(x, bias) -> bool:
     return (
         0 < len(bias_shape) < len(shape)
         and shape[len(shape) - len(bias_shape) :] == bias_shape
-        and keras.backend.standardize_dtype(x.dtype) == keras.backend.standardize_dtype(bias.dtype) == "bfloat16"
+        and _both_bfloat16(x, bias)
     )
 
 

@@ -35,7 +35,7 @@ class LogitsBias(keras.layers.Layer):
 
     @accumulating_in_float32  # the bias's gradient: a sum over every target position
     def call(self, logits):
-        return logits + ops.cast(self.bias, logits.dtype)
+        return ops.add(logits, ops.cast(self.bias, logits.dtype))
 
     def get_config(self):
         config = super().get_config()
