@@ -52,6 +52,7 @@ LAYERS = [
         "generation.attention_maps",
         "generation.precision",
     ],
+    ["server", "server.*"],
     [""],  # the package itself: the public API, which the command line uses
     ["cli", "cli.*"],
 ]

@@ -30,7 +30,7 @@ Example:
     keras-transformer translate --preset multi30k_en_de "Two dogs play in the snow."
 """
 # Commands whose --backend picks Keras' backend (export always runs on TensorFlow).
-BACKEND_COMMANDS = ("translate", "train", "average", "evaluate", "attention", "convert")
+BACKEND_COMMANDS = ("translate", "train", "average", "evaluate", "attention", "convert", "serve")
 
 COMMANDS = {
     "translate": "Translate sentences with a preset.",
@@ -41,6 +41,7 @@ COMMANDS = {
     "attention": "Draw a preset's attention weights for one sentence.",
     "upload": "Upload a preset directory to the Hugging Face Hub.",
     "convert": "Convert a Marian (Opus-MT) checkpoint into a preset.",
+    "serve": "Serve presets over HTTP with LibreTranslate's API and a web page.",
 }
 
 

@@ -33,24 +33,13 @@ def translate_texts(
     target_language: str | None = None,
 ) -> list[str] | str:
     """See `Transformer.translate`; `model` is a `Transformer`."""
-    if too_long not in TOO_LONG_POLICIES:
-        raise ValueError(f"too_long must be one of {TOO_LONG_POLICIES}; got {too_long!r}.")
     if batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer; got {batch_size}.")
     if model.preprocessor is None:
         raise ValueError("translate() needs a model with a preprocessor; use generate() with token ids.")
     single = isinstance(texts, (str, bytes))
     texts = check_texts([texts] if single else texts)
-    room = model.max_source_tokens
-    if room < 1:
-        raise ValueError(
-            f"This model takes sources of at most {room} tokens: raise the "
-            "preprocessor's encoder_sequence_length or the backbone's max_sequence_length."
-        )
-    tokenizer = model.preprocessor.tokenizer
-    texts = with_target_language(tokenizer, texts, target_language)
-    token_ids = tokenize(tokenizer, texts) if texts else []
-    segments = _segments(tokenizer, texts, token_ids, room, too_long)
+    segments = source_segments(model, texts, too_long=too_long, target_language=target_language)
 
     order = sorted(range(len(segments)), key=lambda s: len(segments[s][1]))
     num_batches = -(-len(segments) // batch_size)
@@ -71,11 +60,37 @@ def translate_texts(
             outputs[s] = text
         progress.add(len(batch))
 
-    results = [[] for _ in texts]
-    for (index, _), text in zip(segments, outputs):
-        results[index].append(text)
-    results = [" ".join(t for t in parts if t) for parts in results]
+    results = join_segments(len(texts), segments, outputs)
     return results[0] if single else results
+
+
+def source_segments(
+    model, texts: list[str], *, too_long: str = "split", target_language: str | None = None, room: int | None = None
+) -> list[tuple[int, list[int]]]:
+    """Each of `texts` (checked strings) as one or more `(input index, token
+    ids)` of at most `room` tokens (by default the most the model takes), as
+    `too_long` says; an empty text has none. A multilingual model's language
+    token starts each one."""
+    if too_long not in TOO_LONG_POLICIES:
+        raise ValueError(f"too_long must be one of {TOO_LONG_POLICIES}; got {too_long!r}.")
+    room = model.max_source_tokens if room is None else min(room, model.max_source_tokens)
+    if room < 1:
+        raise ValueError(
+            f"This model takes sources of at most {room} tokens: raise the "
+            "preprocessor's encoder_sequence_length or the backbone's max_sequence_length."
+        )
+    tokenizer = model.preprocessor.tokenizer
+    texts = with_target_language(tokenizer, texts, target_language)
+    token_ids = tokenize(tokenizer, texts) if texts else []
+    return _segments(tokenizer, texts, token_ids, room, too_long)
+
+
+def join_segments(num_texts: int, segments: list[tuple[int, list[int]]], translations: list[str]) -> list[str]:
+    """The translation of each text: its segments' translations, in order, joined by spaces."""
+    results = [[] for _ in range(num_texts)]
+    for (index, _), text in zip(segments, translations):
+        results[index].append(text)
+    return [" ".join(t for t in parts if t) for parts in results]
 
 
 def _segments(tokenizer, texts, token_ids, room, too_long) -> list[tuple[int, list[int]]]:
@@ -93,7 +108,7 @@ def _segments(tokenizer, texts, token_ids, room, too_long) -> list[tuple[int, li
             f"{len(too_long_inputs)} input(s) longer than {room} tokens were truncated to "
             f"{room} tokens (texts[{too_long_inputs[0]}] first); too_long='split' "
             "translates them whole.",
-            stacklevel=4,
+            stacklevel=5,
         )
     tags = set(language_tag_ids(tokenizer))
     segments = []

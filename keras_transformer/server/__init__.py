@@ -1,0 +1,81 @@
+"""A translation server: LibreTranslate's HTTP API, a web page, batching across requests.
+
+Needs the `serve` extra (`pip install "keras-transformer[serve]"`): Starlette,
+uvicorn, prometheus_client and pycountry.
+
+Example:
+>>> import keras_transformer as kt
+>>> from keras_transformer.server import build_app
+>>> app = build_app({"multi30k_en_de": kt.Transformer.from_preset("multi30k_en_de")})
+>>> # uvicorn.run(app, host="127.0.0.1", port=5000), or `keras-transformer serve multi30k_en_de`
+"""
+
+try:
+    import prometheus_client  # noqa: F401
+    import pycountry  # noqa: F401
+    import starlette  # noqa: F401
+except ImportError as error:
+    raise ImportError(
+        f"keras_transformer.server needs the serve extra ({error.name} is missing): "
+        'pip install "keras-transformer[serve]"'
+    ) from error
+
+from keras_transformer.generation.settings import SearchSettings
+from keras_transformer.server.api import Limits
+from keras_transformer.server.app import app_of, build_app
+from keras_transformer.server.engine import ModelEngine
+from keras_transformer.server.routing import Router, ServedModel, served_model
+from keras_transformer.server.service import ServiceSettings, TranslationService
+
+
+def parse_model_spec(spec: str) -> tuple[str, tuple[list[str], list[str]] | None]:
+    """`"PRESET=SOURCES:TARGETS"` as `(preset, (sources, targets))`; a bare
+    preset as `(preset, None)`.
+
+    Example:
+    >>> parse_model_spec("hf://Helsinki-NLP/opus-mt-tc-big-gmw-gmw=en,de:nl")
+    ('hf://Helsinki-NLP/opus-mt-tc-big-gmw-gmw', (['en', 'de'], ['nl']))
+    """
+    preset, _, languages = spec.rpartition("=") if "=" in spec else (spec, "", "")
+    if not languages:
+        return spec, None
+    sources, separator, targets = languages.partition(":")
+    if not separator or not sources or not targets:
+        raise ValueError(f"{spec!r}: write the languages as PRESET=SOURCES:TARGETS, e.g. {preset}=en:de.")
+    return preset, (sources.split(","), targets.split(","))
+
+
+def load_served_models(
+    specs: list[str], *, precision: str = "float32", search: SearchSettings | None = None, **engine_options
+) -> list[ServedModel]:
+    """Each `PRESET[=SOURCES:TARGETS]` loaded (in `precision`) as a `ServedModel`.
+
+    Args:
+        specs: see `parse_model_spec`.
+        precision: `"float32"`, `"bfloat16"` or `"int8"` (see `generation.precision.load_model`).
+        search: the search every request gets (by default each model's own).
+        **engine_options: `ModelEngine` keywords.
+    """
+    from keras_transformer.generation.precision import load_model
+
+    models = []
+    for spec in specs:
+        preset, languages = parse_model_spec(spec)
+        engine = ModelEngine(load_model(preset, precision), search=search, name=preset, **engine_options)
+        models.append(served_model(preset, engine, languages))
+    return models
+
+
+__all__ = [
+    "Limits",
+    "ModelEngine",
+    "Router",
+    "ServedModel",
+    "ServiceSettings",
+    "TranslationService",
+    "app_of",
+    "build_app",
+    "load_served_models",
+    "parse_model_spec",
+    "served_model",
+]

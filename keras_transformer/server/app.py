@@ -1,0 +1,160 @@
+"""The HTTP server: LibreTranslate's API and a web page, as a Starlette (ASGI) app.
+
+Routes, as LibreTranslate has them, so that its clients work unchanged:
+
+- `POST /translate`: `q` (a string or a list), `source` (a code or
+  `"auto"`), `target`, `format` (`"text"`), `api_key`; JSON or
+  form-encoded. Answers `{"translatedText": ...}` in the shape of `q`.
+- `GET /languages`: `[{"code", "name", "targets"}]`.
+- `GET /health`: 200 `{"status": "ok"}` once every model's batch shapes are
+  compiled; 503 while warming up.
+- `GET /frontend/settings`: the limits the web page needs.
+- `GET /metrics`: Prometheus' text format.
+- `GET /`: the web page.
+
+Errors are `{"error": "..."}` with LibreTranslate's statuses (400, 403, 429,
+500) and 413, 415, 503, 504 where HTTP has a more precise one.
+
+Example (tests and `serve` run it under uvicorn):
+>>> import keras_transformer as kt
+>>> from starlette.testclient import TestClient
+>>> app = build_app({"multi30k_en_de": kt.Transformer.from_preset("multi30k_en_de")}, warm_up=False)
+>>> with TestClient(app) as client:
+...     client.post("/translate", json={"q": "Two dogs play in the snow.", "source": "en", "target": "de"}).json()
+{'translatedText': 'Zwei Hunde spielen im Schnee.'}
+"""
+
+import contextlib
+import importlib.resources
+import logging
+import time
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from keras_transformer.server.api import ApiError, check_body_size, read_translate_request, too_large
+from keras_transformer.server.engine import ModelEngine
+from keras_transformer.server.routing import ServedModel, served_model
+from keras_transformer.server.service import ServiceSettings, TranslationService
+
+logger = logging.getLogger("keras_transformer.server")
+PAGE = importlib.resources.files("keras_transformer.server").joinpath("page.html")
+
+
+def build_app(
+    models,
+    settings: ServiceSettings = ServiceSettings(),
+    *,
+    engine_options: dict | None = None,
+    warm_up: bool = True,
+) -> Starlette:
+    """The ASGI app serving `models`.
+
+    Args:
+        models: `{name: Transformer}` (languages read off each name, see
+            `served_model`), or a list of `ServedModel`s.
+        settings: batching, load shedding and request limits.
+        engine_options: `ModelEngine` keywords for models given by name
+            (`search`, `max_batch_size`, `max_batch_tokens`, `max_source_bucket`).
+        warm_up: compile every batch shape before `/health` answers 200; at
+            start-up, in a background thread, so the port answers meanwhile.
+    """
+    if isinstance(models, dict):
+        models = [
+            served_model(name, ModelEngine(model, name=name, **(engine_options or {})))
+            for name, model in models.items()
+        ]
+    return app_of(TranslationService(list(models), settings), warm_up=warm_up)
+
+
+def app_of(service: TranslationService, warm_up: bool = True) -> Starlette:
+    """The Starlette app of a `TranslationService`."""
+    limits = service.settings.limits
+
+    async def translate(request: Request) -> Response:
+        started = time.monotonic()
+        service.metrics.in_flight.inc()
+        try:
+            response = await _translate(request)
+            service.metrics.latency.labels(str(response.status_code)).observe(time.monotonic() - started)
+            return response
+        finally:
+            service.metrics.in_flight.dec()
+
+    async def _translate(request: Request) -> Response:
+        try:
+            check_body_size(request.headers.get("content-length"), limits)
+            body = await _read_body(request, limits)
+            parsed = read_translate_request(body, request.headers.get("content-type", ""), limits)
+            return JSONResponse(await service.translate(parsed))
+        except ApiError as error:
+            service.metrics.rejected.labels(_reason(error.status)).inc()
+            return JSONResponse({"error": error.message}, error.status, headers=error.headers)
+        except ClientDisconnect:
+            return Response(status_code=499)
+        except Exception as error:  # one request's failure, answered; the server goes on
+            logger.exception("Translation failed")
+            service.metrics.rejected.labels("error").inc()
+            return JSONResponse({"error": f"Translation failed: {type(error).__name__}: {error}"}, 500)
+
+    async def languages(request: Request) -> Response:
+        return JSONResponse(service.router.languages())
+
+    async def health(request: Request) -> Response:
+        status, body = service.health()
+        return JSONResponse(body, status)
+
+    async def frontend_settings(request: Request) -> Response:
+        return JSONResponse(
+            {"charLimit": limits.char_limit, "batchLimit": limits.batch_limit, "keyRequired": bool(limits.api_keys)}
+        )
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def page(request: Request) -> Response:
+        return HTMLResponse(PAGE.read_text(encoding="utf-8"))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        service.start_in_background(warm_up)
+        yield
+        # uvicorn has answered every open request by now (its graceful
+        # shutdown); the batchers finish what is left in their queues.
+        service.stop()
+
+    app = Starlette(
+        routes=[
+            Route("/translate", translate, methods=["POST"]),
+            Route("/languages", languages, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/frontend/settings", frontend_settings, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/", page, methods=["GET"]),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    return app
+
+
+async def _read_body(request: Request, limits) -> bytes:
+    """The body, refused as soon as it passes the size limit (a missing
+    Content-Length does not let a client send more)."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limits.max_body_bytes:
+            raise too_large(limits)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _reason(status: int) -> str:
+    return {403: "forbidden", 429: "overloaded", 503: "unavailable", 504: "deadline"}.get(status, "invalid")
+
+
+__all__ = ["ServedModel", "ServiceSettings", "app_of", "build_app", "served_model"]
