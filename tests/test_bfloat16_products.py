@@ -103,13 +103,96 @@ def test_the_logits_bias_gradient_sums_in_float32(jax, bfloat16_units):
     np.testing.assert_allclose(np.asarray(gradient(bias)), exact, rtol=1e-2, atol=2.0)
 
 
-def test_the_traced_dot_takes_bfloat16_and_sums_in_float32(jax):
+def test_the_traced_dot_takes_bfloat16_and_sums_in_float32(jax, bfloat16_units):
     a, b = operands((32, 64), (64, 48))
     outside = jax.jit(lambda a, b: ops.matmul(a, b)).lower(a, b).compile().as_text()
     with float32_accumulation():
         inside = jax.jit(lambda a, b: ops.matmul(a, b)).lower(a, b).compile().as_text()
     assert _dot_operand_types(inside) == {"bf16"}
     assert _dot_operand_types(outside) == {"f32"}  # Keras' own product: XLA converts the operands first
+
+
+def test_the_route_stays_off_on_a_cpu_without_bfloat16_instructions(monkeypatch):
+    import keras
+
+    from keras_transformer.layers import bfloat16_products
+
+    monkeypatch.setattr(bfloat16_products, "cpu_has_bfloat16_instructions", lambda: False)
+    a, b = operands((32, 64), (64, 48))
+    with float32_accumulation():
+        assert not bfloat16_products.routes_products()
+        # Keras' own product, which XLA's CPU backend computes in float32.
+        if keras.config.backend() == "jax":
+            import jax
+
+            if jax.default_backend() == "cpu":
+                program = jax.jit(lambda a, b: ops.matmul(a, b)).lower(a, b).compile().as_text()
+                assert _dot_operand_types(program) == {"f32"}
+        elif keras.config.backend() == "tensorflow":
+            import tensorflow as tf
+
+            if not tf.config.list_physical_devices("GPU"):
+                compiled = tf.function(lambda a, b: ops.matmul(a, b), jit_compile=True)
+                program = compiled.experimental_get_compiler_ir(a, b)(stage="optimized_hlo")
+                assert _dot_operand_types(program) == {"f32"}
+
+
+@pytest.fixture
+def routed(jax, monkeypatch):
+    """Products routed as on a CPU with bfloat16 instructions, whatever this CPU has."""
+    from keras_transformer.layers import bfloat16_products
+
+    if jax.default_backend() != "cpu":
+        pytest.skip("the products are rerouted on the CPU only")
+    monkeypatch.setattr(bfloat16_products, "cpu_has_bfloat16_instructions", lambda: True)
+
+
+def _dense_block():
+    """A small `mixed_bfloat16` computation of dense and attention-projection products and bias adds, as a
+    function of its input and its weights, and values for both."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    policy = "mixed_bfloat16"
+    block = keras.Sequential(
+        [
+            keras.Input((3, 6)),
+            keras.layers.Dense(8, activation="gelu", dtype=policy),
+            keras.layers.EinsumDense("abc,cde->abde", output_shape=(None, 2, 3), bias_axes="de", dtype=policy),
+        ]
+    )
+
+    def forward(x, weights):
+        return ops.cast(block.stateless_call(weights, [], x)[0], "float32")
+
+    x = np.random.default_rng(0).standard_normal((2, 3, 6)).astype("float32")
+    return forward, x, [v.value for v in block.trainable_variables]
+
+
+# A traced (not yet optimised) dot of two bfloat16 operands into float32.
+_BFLOAT16_DOT_SUMMED_IN_FLOAT32 = re.compile(
+    r"dot_general .* : \(tensor<\S*xbf16>, tensor<\S*xbf16>\) -> tensor<\S*xf32>"
+)
+
+
+def test_forward_mode_derivatives_are_keras_own(jax, routed):
+    # jax.jvp and jax.jacfwd (Hessians, forward-mode sensitivities) of the routed products.
+    from keras_transformer.layers.bfloat16_products import routes_products
+
+    block, x, weights = _dense_block()
+    tangents = (np.ones_like(x), [np.ones(w.shape, "float32") for w in weights])
+    results = {}
+    for routing in (True, False):
+        with float32_accumulation(routing):
+            assert routes_products() is routing
+            derivatives = jax.jit(
+                lambda x, w, t: (jax.jvp(block, (x, w), t)[1], jax.jacfwd(block, argnums=(0, 1))(x, w))
+            )
+            program = derivatives.lower(x, weights, tangents).as_text()
+            assert bool(_BFLOAT16_DOT_SUMMED_IN_FLOAT32.search(program)) is routing
+            results[routing] = jax.tree.leaves(derivatives(x, weights, tangents))
+    for routed_value, keras_own in zip(results[True], results[False]):
+        np.testing.assert_allclose(np.asarray(routed_value), np.asarray(keras_own), rtol=5e-2, atol=5e-2)
 
 
 def _dot_operand_types(program: str) -> set[str]:

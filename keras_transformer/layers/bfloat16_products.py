@@ -10,7 +10,8 @@ bfloat16 -> float32 dot, however, goes to YNNPACK's bfloat16 kernels
 operands that contract one's last axes with the other's first (dense layers,
 attention projections, the output projection) are traced as that dot plus
 one rounding to bfloat16: the same values as before (float32 sums rounded
-once), from the faster kernels. Their gradients are computed the same way.
+once), from the faster kernels. Their derivatives, reverse (gradients) and
+forward (`jax.jvp`, `jax.jacfwd`), are computed the same way.
 
 On JAX that is `dot_general(preferred_element_type=float32)`. There a bias
 added to a bfloat16 result (`ops.add` over the leading axes) also gets its
@@ -214,28 +215,52 @@ def _dot(x1, x2, axes1: tuple, axes2: tuple):
 
 
 @functools.cache
-def _jax_tensordot_with_gradient():
-    """`x1`'s last k axes contracted with `x2`'s first k, with a gradient of the same kind of dots."""
-    import jax
+def _jax_tensordot_primitive():
+    """`x1`'s last k axes contracted with `x2`'s first k, as a JAX primitive
+    whose derivatives, forward and reverse, are the same kind of dots.
 
-    @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-    def tensordot(x1, x2, k):
+    A primitive, with transposes of its own: the transpose JAX derives for a
+    dot summed in float32 multiplies float32 cotangents (the slow float32
+    kernels), a `custom_vjp` has no forward mode (`jax.jvp`, `jax.jacfwd`),
+    and a `custom_jvp`'s tangent is transposed by JAX's rules."""
+    import jax
+    import jax.numpy as jnp
+    from jax.extend.core import Primitive
+    from jax.interpreters import ad, batching, mlir
+
+    def tensordot(x1, x2, *, k):
         return _dot(x1, x2, tuple(range(x1.ndim - k, x1.ndim)), tuple(range(k)))
 
-    def forward(x1, x2, k):
-        return tensordot(x1, x2, k), (x1, x2)
+    def shape(x1, x2, *, k):
+        return jax.core.ShapedArray(x1.shape[: x1.ndim - k] + x2.shape[k:], jnp.bfloat16)
 
-    def backward(k, operands, gradient):
-        x1, x2 = operands
-        gradient = gradient.astype(x1.dtype)
-        kept1, kept2 = x1.ndim - k, x2.ndim - k
-        # d x1 = gradient . x2 over x2's kept axes; d x2 = x1 . gradient over x1's kept axes.
-        d1 = _dot(gradient, x2, tuple(range(kept1, kept1 + kept2)), tuple(range(k, x2.ndim)))
-        d2 = _dot(x1, gradient, tuple(range(kept1)), tuple(range(kept1)))
-        return d1, d2
+    # d x1 = gradient . x2 over x2's kept axes; d x2 = x1 . gradient over x1's kept axes.
+    def first_gradient(gradient, x1, x2, *, k):
+        kept1, kept2 = x1.aval.ndim - k, x2.ndim - k
+        return _dot(gradient.astype(x2.dtype), x2, tuple(range(kept1, kept1 + kept2)), tuple(range(k, x2.ndim)))
 
-    tensordot.defvjp(forward, backward)
-    return tensordot
+    def second_gradient(gradient, x1, x2, *, k):
+        kept1 = x1.ndim - k
+        return _dot(x1, gradient.astype(x1.dtype), tuple(range(kept1)), tuple(range(kept1)))
+
+    def batched(operands, batch_axes, *, k):
+        (x1, x2), (axis1, axis2) = operands, batch_axes
+        # The batch axis of one operand becomes one of its kept axes; with
+        # both batched, a batched dot_general (JAX's own derivatives).
+        if axis2 is None:
+            return primitive.bind(jnp.moveaxis(x1, axis1, 0), x2, k=k), 0
+        if axis1 is None:
+            product = primitive.bind(x1, jnp.moveaxis(x2, axis2, -1), k=k)
+            return product, product.ndim - 1
+        return jax.vmap(functools.partial(tensordot, k=k), in_axes=(axis1, axis2))(x1, x2), 0
+
+    primitive = Primitive("bfloat16_tensordot_summed_in_float32")
+    primitive.def_impl(tensordot)
+    primitive.def_abstract_eval(shape)
+    mlir.register_lowering(primitive, mlir.lower_fun(tensordot, multiple_results=False))
+    ad.defbilinear(primitive, first_gradient, second_gradient)
+    batching.primitive_batchers[primitive] = batched
+    return primitive
 
 
 @functools.cache
@@ -244,26 +269,26 @@ def _jax_bias_add_with_gradient():
     import jax
     import jax.numpy as jnp
 
-    @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-    def bias_add(x, bias, leading_axes):
+    @jax.custom_jvp
+    def bias_add(x, bias):
         return x + bias
 
-    def forward(x, bias, leading_axes):
-        return x + bias, None
+    @bias_add.defjvp
+    def tangent(primals, tangents):
+        # Added in float32 (the same values), so that reverse mode, which
+        # transposes this, sums the bias's cotangent in float32.
+        (x, bias), (x_tangent, bias_tangent) = primals, tangents
+        return bias_add(x, bias), (x_tangent.astype(jnp.float32) + bias_tangent.astype(jnp.float32)).astype(x.dtype)
 
-    def backward(leading_axes, _, gradient):
-        return gradient, jnp.sum(gradient, axis=leading_axes, dtype=jnp.float32).astype(gradient.dtype)
-
-    bias_add.defvjp(forward, backward)
     return bias_add
 
 
 def _jax_bias_add(x, bias):
-    return _jax_bias_add_with_gradient()(x, bias, tuple(range(x.ndim - bias.ndim)))
+    return _jax_bias_add_with_gradient()(x, bias)
 
 
 def _jax_tensordot(x1, x2, k: int):
-    return _jax_tensordot_with_gradient()(x1, x2, k)
+    return _jax_tensordot_primitive().bind(x1, x2, k=k)
 
 
 def _tensorflow_tensordot(x1, x2, k: int):
