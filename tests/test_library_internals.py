@@ -115,6 +115,49 @@ def test_keras_hub_picks_registered_transformers_loaders_by_model_type(tmp_path,
     assert isinstance(bert, preset_loader.TransformersPresetLoader) and bert.converter.__name__.endswith("convert_bert")
 
 
+def test_reloading_the_module_keeps_keras_hubs_transformers_loaders(tmp_path, monkeypatch):
+    """A reload (Jupyter's autoreload) registers once: KerasHub's converters and Marian's loader still load."""
+    import importlib
+    import json
+
+    from keras_hub.src.utils.preset_utils import get_preset_loader
+    from keras_hub.src.utils.transformers import preset_loader
+
+    from keras_transformer import marian
+
+    # The reloads install new classes in KerasHub's module; the test leaves it as it found it.
+    monkeypatch.setattr(preset_loader, "TransformersPresetLoader", preset_loader.TransformersPresetLoader)
+    for model_type in ("bert", "marian"):
+        (tmp_path / model_type).mkdir()
+        (tmp_path / model_type / "config.json").write_text(json.dumps({"model_type": model_type}))
+
+    def keras_hub_classes(loader) -> list[type]:
+        return [c for c in type(loader).__mro__ if c.__module__ == preset_loader.__name__]
+
+    keras_hub_loader = keras_hub_classes(get_preset_loader(str(tmp_path / "bert")))
+    assert len(keras_hub_loader) == 1
+    # The module alone, as autoreload reloads an edited file; then with the
+    # package that registers Marian's loader at import.
+    for reloaded in ([library_internals] * 2, [library_internals, marian] * 2):
+        for module in reloaded:
+            importlib.reload(module)
+        bert = get_preset_loader(str(tmp_path / "bert"))
+        assert keras_hub_classes(bert) == keras_hub_loader and bert.converter.__name__.endswith("convert_bert")
+        assert type(get_preset_loader(str(tmp_path / "marian"))) is marian.MarianPresetLoader
+
+
+def test_optimizer_counts_the_micro_batches_of_its_next_update():
+    optimizer = keras.optimizers.SGD(0.1, gradient_accumulation_steps=3)
+    variable = keras.Variable(np.zeros(2, "float32"))
+    optimizer.build([variable])
+    pending = []
+    for _ in range(4):
+        pending.append(library_internals.micro_batches_since_update(optimizer))
+        optimizer.apply([keras.ops.ones((2,))], [variable])
+    assert pending == [0, 1, 2, 0]
+    assert library_internals.micro_batches_since_update(keras.optimizers.SGD(0.1)) == 0
+
+
 def test_block_sublayers_and_projections():
     encoder = keras_hub.layers.TransformerEncoder(16, 2)
     encoder.build((1, 3, 8))

@@ -1,6 +1,7 @@
 import argparse
 import gzip
 import os
+import types
 
 import h5py
 import keras
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from helpers import TINY_TRAIN_ARGUMENTS
+from helpers import TINY_TRAIN_ARGUMENTS, make_model
 from keras_transformer.cli import main as cli
 from keras_transformer.cli.commands import train as train_command
 from keras_transformer.training import checkpoints, data, distribution
@@ -215,6 +216,78 @@ def tf_dataset(batches):
             tf.TensorSpec((None, None), "float32"),
         ),
     )
+
+
+def test_accumulation_takes_the_preprocessors_boolean_sample_weights(tmp_path, tokenizer, pairs):
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    model = make_model(tokenizer)
+    texts = {"encoder_text": [p[0] for p in pairs], "decoder_text": [p[1] for p in pairs]}
+    train = tf.data.Dataset.from_tensor_slices(texts).batch(2).map(model.preprocessor).repeat()
+    assert train.element_spec[2].dtype == tf.bool  # the preprocessor's padding mask
+    counted = train.map(lambda x, y, w: (x, y, tf.cast(w, "int32")))
+    for dataset in (train, counted):
+        weights = [w for _, _, w in data.weight_by_update(dataset, 2).take(2)]
+        # A group's weights are K / (its target tokens) on each token: they sum to K.
+        assert weights[0].dtype == tf.float32
+        np.testing.assert_allclose(sum(float(tf.reduce_sum(w)) for w in weights), 2.0, rtol=1e-6)
+
+    trainer = Trainer(str(tmp_path), TrainingRecipe(warmup_steps=4, accumulate=2), max_steps=2, valid_every=2)
+    trainer.compile(model)
+    assert trainer.fit(model, train).step == 2
+    assert np.isfinite(read_curves(str(tmp_path / CURVES_CSV))[-1]["loss"])
+
+
+class Interrupted(Exception):
+    """Stands for a run killed mid-training (Keras writes no final checkpoint then)."""
+
+
+def test_a_checkpoint_due_mid_accumulation_resumes_like_an_uninterrupted_run(tmp_path, tokenizer, pairs, monkeypatch):
+    # One pair per micro-batch, each with its own number of target tokens, so
+    # a micro-batch counted twice or weighed with another update's tokens
+    # changes the weights.
+    tokenized = data.tokenize_pairs([p[0] for p in pairs], [p[1] for p in pairs], tokenizer, 16)
+
+    def batches(skip=0):
+        return data.token_batches(tokenized, 16, shuffle=False, repeat=True).skip(skip)
+
+    clock = [0.0]
+    monkeypatch.setattr(checkpoints, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+
+    class TimePassesThenKill(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch == 2:  # the 3rd micro-batch, within the 2nd update, takes an hour
+                clock[0] = 3600.0
+
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 4:
+                raise Interrupted
+
+    def trainer_and_model(folder, seed):
+        trainer = Trainer(
+            str(tmp_path / folder), TrainingRecipe(warmup_steps=4, accumulate=2), max_steps=4, valid_every=4, verbose=0
+        )
+        keras.utils.set_random_seed(seed)
+        model = kt.Transformer(kt.TransformerBackbone(vocabulary_size=tokenizer.vocabulary_size(), **TINY))
+        trainer.compile(model)
+        return trainer, model
+
+    trainer, uninterrupted = trainer_and_model("uninterrupted", 0)
+    assert trainer.fit(uninterrupted, batches()).step == 4
+
+    trainer, killed = trainer_and_model("resumed", 0)
+    with pytest.raises(Interrupted):
+        trainer.fit(killed, batches(), callbacks=[TimePassesThenKill()])
+    # The checkpoint due at micro-batch 3 waited for its update to end.
+    assert [os.path.basename(p) for p in checkpoints.list_checkpoints(trainer.checkpoint_directory)] == [
+        "ckpt-00000002.npz"
+    ]
+    trainer, resumed = trainer_and_model("resumed", 1)
+    step = trainer.resume(resumed)
+    assert trainer.fit(resumed, batches(skip=step * 2), step=step).step == 4
+    for a, b in zip(resumed.get_weights(), uninterrupted.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("strategy", ["mirrored", "jax-data-parallel", "bogus"])

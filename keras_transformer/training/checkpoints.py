@@ -31,6 +31,7 @@ import time
 import keras
 import numpy as np
 
+from keras_transformer.utils import library_internals
 from keras_transformer.utils.files import fsync_directory
 
 CHECKPOINT_PATTERN = re.compile(r"ckpt-(\d+)\.npz$")
@@ -175,6 +176,12 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
     written when training ends, unless the last loss was NaN or infinite: a
     checkpoint is never written from a diverged model.
 
+    Under gradient accumulation a checkpoint is written only between updates:
+    one falling due within a group of micro-batches waits for the group's
+    end. A run resuming from it then starts a new group where its batches
+    start their next update (`weight_by_update` weighs each group by its own
+    tokens), instead of finishing a group begun before the stop.
+
     Args:
         directory: where checkpoints go.
         every_steps: save when the step is a multiple of this.
@@ -207,7 +214,7 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
 
     def _save(self):
         step = self._step()
-        if step == self.last_saved_step:
+        if step == self.last_saved_step or library_internals.micro_batches_since_update(self.model.optimizer):
             return
         self.last_path = save_checkpoint(self.model, self.directory, self.keep)
         self.last_saved_step = step

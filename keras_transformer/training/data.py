@@ -350,9 +350,13 @@ def weight_by_update(dataset: tf.data.Dataset, micro_batches: int) -> tf.data.Da
     exactly the gradient of the token mean over all K batches, as one batch
     of all their tokens would. (`keras_transformer.training.distribution.GlobalTokenMean`
     does the same across replicas.) A last incomplete group is dropped.
+
+    The sample weights may be boolean or integer, as the preprocessors' padding
+    masks are: the new weights are float32.
     """
 
     def reweight(x, y, weights):
+        weights = weights.map(lambda w: tf.cast(w, "float32"))
         total = weights.reduce(0.0, lambda sum_, w: sum_ + tf.reduce_sum(w))
         scale = micro_batches / total
         return tf.data.Dataset.zip((x, y, weights)).map(lambda x, y, w: (x, y, w * scale))

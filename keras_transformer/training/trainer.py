@@ -176,8 +176,10 @@ class Trainer:
         Args:
             model: a `Transformer` compiled by `compile` (and resumed by `resume`).
             train_data: endless `(x, labels, sample_weight)` batches of token
-                ids: a `tf.data.Dataset` (needed for accumulation and
-                strategies), or any input of `keras.Model.fit`, e.g. a generator.
+                ids, as `data.token_batches` makes them or the model's
+                preprocessor mapped over batches of text gives them: a
+                `tf.data.Dataset` (needed for accumulation and strategies), or
+                any input of `keras.Model.fit`, e.g. a generator.
             valid_data: finite validation batches of the same form, or `None`.
             step: the update training starts from (`resume`'s).
             valid_texts: `(sources, references)` for the `val_bleu` curve.

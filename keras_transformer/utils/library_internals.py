@@ -94,6 +94,18 @@ def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
     return float(keras.ops.convert_to_numpy(optimizer._get_current_learning_rate()))
 
 
+def micro_batches_since_update(optimizer: keras.optimizers.Optimizer) -> int:
+    """The micro-batches whose gradients the optimizer holds, accumulated for
+    its next update (0 without gradient accumulation, and at the end of each
+    group). Keras counts micro-batches in `_iterations`; the public
+    `iterations` counts updates."""
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # a LossScaleOptimizer's
+    micro_batches = optimizer.gradient_accumulation_steps
+    if not micro_batches:
+        return 0
+    return int(keras.ops.convert_to_numpy(optimizer._iterations)) % micro_batches
+
+
 # The sublayers of KerasHub's blocks, by their role in section 3.1; a block
 # lacks the cross-attention ones if it is an encoder block.
 BLOCK_SUBLAYERS = {
@@ -160,13 +172,27 @@ def sentence_piece_op(tokenizer):
     return getattr(tokenizer, "_sentence_piece", None)
 
 
-# `transformers` model types this package loads, and their loaders.
-TRANSFORMERS_LOADERS: dict[str, type[PresetLoader]] = {}
+# `transformers` model types this package loads, and their loaders. A reload
+# of this module (Jupyter's autoreload) keeps the registrations made at import.
+TRANSFORMERS_LOADERS: dict[str, type[PresetLoader]] = globals().get("TRANSFORMERS_LOADERS", {})
+
+# KerasHub's own loader of `transformers` checkpoints. After a
+# `register_transformers_loader`, KerasHub's module holds this module's
+# subclass in its place; a reload subclasses KerasHub's class again, not that
+# subclass (whose `__new__` takes arguments that `super().__new__(cls)` does
+# not pass).
+_KERAS_HUB_TRANSFORMERS_LOADER = getattr(
+    _transformers_preset_loader.TransformersPresetLoader,
+    "keras_hub_class",
+    _transformers_preset_loader.TransformersPresetLoader,
+)
 
 
-class _TransformersPresetLoader(_transformers_preset_loader.TransformersPresetLoader):
+class _TransformersPresetLoader(_KERAS_HUB_TRANSFORMERS_LOADER):
     """KerasHub's loader of `transformers` checkpoints, which hands the model
     types in `TRANSFORMERS_LOADERS` to their own loaders."""
+
+    keras_hub_class = _KERAS_HUB_TRANSFORMERS_LOADER
 
     def __new__(cls, preset, config):
         loader_cls = TRANSFORMERS_LOADERS.get(config.get("model_type"))
