@@ -114,6 +114,8 @@ def test_languages_health_metrics_and_page(client):
     assert 'translate_request_seconds_count{status="200"} 1.0' in metrics
     page = client.get("/")
     assert page.status_code == 200 and "<textarea" in page.text
+    for wrong in (client.get("/translate"), client.get("/nowhere")):
+        assert wrong.status_code in (404, 405) and "error" in wrong.json()
 
 
 def test_the_model_runs_only_in_the_batcher_thread(client):
@@ -382,3 +384,24 @@ def test_routes_by_pair_multilingual_targets_and_ambiguous_auto():
 def test_a_model_s_languages_can_be_given():
     model = served_model("mine", FakeEngine(), (["en", "fr"], ["de"]))
     assert isinstance(model, ServedModel) and model.pairs() == [("en", "de"), ("fr", "de")]
+
+
+def test_a_multilingual_model_serves_each_target_through_its_token(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    import keras_transformer as kt
+    from marian_fixtures import SOURCE_SENTENCES, write_multilingual_repo
+
+    model = kt.Transformer.from_preset(str(write_multilingual_repo(tmp_path / "gmw")["folder"]))
+    engine = ModelEngine(model, search=GREEDY, max_batch_size=2, max_source_bucket=32)
+    served = served_model("opus-mt-tc-big-gmw-gmw", engine, (["en"], ["de", "nl"]))
+    assert served.target_languages == {"de": "deu", "nl": "nld"}
+    with TestClient(app_of(TranslationService([served]), warm_up=False)) as client:
+        _wait_ready(client)
+        for target, language in served.target_languages.items():
+            answer = client.post("/translate", json={"q": SOURCE_SENTENCES[:2], "source": "en", "target": target})
+            assert answer.json()["translatedText"] == model.translate(
+                SOURCE_SENTENCES[:2], beam_size=None, target_language=language
+            )
+        injected = client.post("/translate", json={"q": ">>nld<< A dog.", "source": "en", "target": "de"})
+        assert injected.status_code == 400

@@ -83,7 +83,7 @@ def server_url(tmp_path_factory):
     # The console script pip installed beside this Python.
     script = str(Path(sys.executable).with_name("keras-transformer"))
     command = [script, "serve", "multi30k_en_de", "--port", str(port), "--greedy"]
-    command += ["--max-batch-size", "4", "--max-source-tokens", "32"]
+    command += ["--max-batch-size", "1", "--max-source-tokens", "32"]  # the page sends one sentence
     # Compiled programs go to this run's folder, not the user's cache.
     environment = dict(
         os.environ, KERAS_BACKEND=keras.config.backend(), KERAS_TRANSFORMER_COMPILE_CACHE=str(folder / "compiled")

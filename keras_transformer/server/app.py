@@ -31,6 +31,7 @@ import time
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
@@ -136,6 +137,7 @@ def app_of(service: TranslationService, warm_up: bool = True) -> Starlette:
             Route("/", page, methods=["GET"]),
         ],
         lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error, Exception: _internal_error},
     )
     app.state.service = service
     return app
@@ -151,6 +153,16 @@ async def _read_body(request: Request, limits) -> bytes:
             raise too_large(limits)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def _http_error(request: Request, error: HTTPException) -> Response:
+    """Starlette's own refusals (an unknown path, a wrong method) in LibreTranslate's error shape."""
+    return JSONResponse({"error": f"{error.detail}: {request.method} {request.url.path}"}, error.status_code)
+
+
+async def _internal_error(request: Request, error: Exception) -> Response:
+    logger.exception("Request failed")
+    return JSONResponse({"error": f"Internal error: {type(error).__name__}: {error}"}, 500)
 
 
 def _reason(status: int) -> str:
