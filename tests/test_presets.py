@@ -34,6 +34,7 @@ PAPER = {
 OPUS_MT = {
     "base_en_de": "hf://Helsinki-NLP/opus-mt-en-de",
     "base_en_fr": "hf://Helsinki-NLP/opus-mt-en-fr",
+    "base_hi_en": "hf://Helsinki-NLP/opus-mt-hi-en",
     "big_en_fr": "hf://Helsinki-NLP/opus-mt-tc-big-en-fr",
     "big_en_de": "hf://Helsinki-NLP/opus-mt-tc-big-gmw-gmw",
     "big_de_en": "hf://Helsinki-NLP/opus-mt-tc-big-gmw-gmw",

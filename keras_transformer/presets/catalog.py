@@ -5,7 +5,7 @@
 `keras_hub.models.Seq2SeqLM.from_preset(name)` take the names. Three kinds:
 
 - **Trained Opus-MT models** (`OPUS_MT_PRESETS`): `base_en_de`,
-  `base_en_fr`, `big_en_fr`, `big_en_de` and `big_de_en` stand for
+  `base_en_fr`, `base_hi_en`, `big_en_fr`, `big_en_de` and `big_de_en` stand for
   Helsinki-NLP's Marian checkpoints on the Hugging Face Hub, converted on
   load by `Transformer.from_preset` (`keras_transformer.marian`); the
   package data ships each one's card. `big_en_de` and `big_de_en` are one
@@ -21,7 +21,7 @@
 
 Example:
 >>> sorted(OPUS_MT_PRESETS)
-['base_en_de', 'base_en_fr', 'big_de_en', 'big_en_de', 'big_en_fr']
+['base_en_de', 'base_en_fr', 'base_hi_en', 'big_de_en', 'big_en_de', 'big_en_fr']
 >>> PRESET_TARGET_LANGUAGES["big_en_de"]
 'deu'
 >>> sorted(shipped_presets())
@@ -80,6 +80,12 @@ OPUS_MT_PRESETS = {
         "pieces. Authors: 33.2 BLEU newstest2013.",
         74_669_178,
     ),
+    "base_hi_en": _hub_preset(
+        "Helsinki-NLP/opus-mt-hi-en",
+        "Opus-MT Hindi-English (Helsinki-NLP): base dimensions, swish. Authors: 13.6 BLEU newstest2014-hien, "
+        "40.4 Tatoeba.",
+        None,
+    ),
     "big_en_fr": _hub_preset(
         "Helsinki-NLP/opus-mt-tc-big-en-fr",
         "Opus-MT tc-big English-French (Helsinki-NLP, CC-BY-4.0): the paper's big dimensions, "
@@ -100,7 +106,8 @@ OPUS_MT_PRESETS = {
     ),
 }
 # Presets of a multilingual checkpoint, by the target language each fixes:
-# its token (`>>deu<<`) starts every source (`MarianTokenizer.target_language`).
+# its token (`>>deu<<`) starts every source. Every loader of the name sets it
+# as the tokenizer's `target_language`, so saved copies keep it in its config.
 PRESET_TARGET_LANGUAGES = {"big_en_de": "deu", "big_de_en": "eng"}
 
 # The paper's architectures without weights (Table 3), by the names
