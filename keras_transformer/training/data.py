@@ -14,6 +14,9 @@ The pieces, from files to model-ready batches:
   `tokens_per_batch` source and as many target tokens, shuffled, repeated and
   prefetched, as `(x, y, sample_weight)` laid out like
   `TransformerPreprocessor`'s output.
+- `stream_parallel` and `bucket_batches` are the same reading and bucketing
+  one pair at a time, for corpora prepared on disk
+  (`keras_transformer.training.prepared`).
 
 Example:
 >>> import keras_transformer as kt
@@ -92,14 +95,40 @@ def read_parallel(
     """
     report = ReadReport()
     sources, targets = [], []
+    for source_text, target_text in stream_parallel(source, target, report, skip_bad=skip_bad):
+        sources.append(source_text)
+        targets.append(target_text)
+    return sources, targets, report
 
-    def keep(number, pair, names):
+
+def stream_parallel(
+    source: str | os.PathLike,
+    target: str | os.PathLike | None,
+    report: ReadReport,
+    *,
+    skip_bad: bool = False,
+) -> Iterator[tuple[str, str]]:
+    """Yields the sentence pairs `read_parallel` returns, one at a time.
+
+    Holds one line of each file at a time, for corpora too large for memory.
+    Checks and counts lines as `read_parallel` does (which is built on it),
+    into `report`, which is complete once the generator is exhausted.
+
+    Args:
+        source, target, skip_bad: as for `read_parallel`.
+        report: the `ReadReport` to count into.
+
+    Raises:
+        ValueError: as `read_parallel`, when the bad line is reached.
+    """
+
+    def checked(number, pair, names):
         for side, name in zip(pair, names):
             if isinstance(side, UnicodeDecodeError):
                 if not skip_bad:
                     raise ValueError(decode_message(name, number, side))
                 report.undecodable += 1
-                return
+                return None
         for side, name in zip(pair, names):
             if not side.strip():
                 if not skip_bad:
@@ -108,10 +137,9 @@ def read_parallel(
                         "or pass skip_bad=True (--skip-bad) to skip and count such lines."
                     )
                 report.empty += 1
-                return
-        sources.append(pair[0])
-        targets.append(pair[1])
+                return None
         report.pairs += 1
+        return pair
 
     if target is None:
         for number, line in enumerate(_decoded_lines(source), start=1):
@@ -127,8 +155,9 @@ def read_parallel(
                 line = tuple(line.split("\t"))
             else:
                 line = (line, line)
-            keep(number, line, (source, source))
-        return sources, targets, report
+            if pair := checked(number, line, (source, source)):
+                yield pair
+        return
 
     missing = object()
     lines = itertools.zip_longest(_decoded_lines(source), _decoded_lines(target), fillvalue=missing)
@@ -142,8 +171,8 @@ def read_parallel(
                 )
             report.unpaired += 1
             continue
-        keep(number, pair, (source, target))
-    return sources, targets, report
+        if pair := checked(number, pair, (source, target)):
+            yield pair
 
 
 def _decoded_lines(path) -> Iterator[str | UnicodeDecodeError]:
@@ -288,18 +317,51 @@ def token_batches(
         `target </s>`; `sample_weight` is 1 on real target tokens, 0 on padding.
     """
     require_text_libraries("token_batches")
-    lengths = bucket_lengths(pairs.max_length, bucket_width)
-    if tokens_per_batch < lengths[-1] * batch_multiple:
-        raise ValueError(
-            f"tokens_per_batch={tokens_per_batch} cannot hold even {batch_multiple} pair(s) "
-            f"of the longest bucket ({lengths[-1]} tokens); raise it or lower max_length."
-        )
-    batch_sizes = [tokens_per_batch // length // batch_multiple * batch_multiple for length in lengths]
     dataset = tf.data.Dataset.from_tensor_slices((pairs.sources, pairs.targets))
     if shuffle:
         dataset = dataset.shuffle(min(len(pairs), shuffle_buffer) or 1, seed=seed)
     if repeat:
         dataset = dataset.repeat()
+    return bucket_batches(
+        dataset,
+        pairs.max_length,
+        tokens_per_batch,
+        bucket_width=bucket_width,
+        batch_multiple=batch_multiple,
+        drop_remainder=drop_remainder,
+    )
+
+
+def check_tokens_per_batch(tokens_per_batch: int, max_length: int, bucket_width: int, batch_multiple: int) -> None:
+    """Raises a `ValueError` if the longest bucket cannot hold `batch_multiple` pairs."""
+    longest = bucket_lengths(max_length, bucket_width)[-1]
+    if tokens_per_batch < longest * batch_multiple:
+        raise ValueError(
+            f"tokens_per_batch={tokens_per_batch} cannot hold even {batch_multiple} pair(s) "
+            f"of the longest bucket ({longest} tokens); raise it or lower max_length."
+        )
+
+
+def bucket_batches(
+    dataset: tf.data.Dataset,
+    max_length: int,
+    tokens_per_batch: int,
+    *,
+    bucket_width: int = 8,
+    batch_multiple: int = 1,
+    drop_remainder: bool = False,
+) -> tf.data.Dataset:
+    """`token_batches`' bucketing of a dataset of `(source_ids, target_ids)` pairs.
+
+    The pairs (int32 token ids without special tokens, each fitting
+    `max_length` as `tokenize_pairs` keeps them) come in the order they will
+    be batched: shuffling and repeating are the caller's, so that pairs held
+    in memory and pairs streamed from disk are batched by the same code.
+    The arguments and the batches are those of `token_batches`.
+    """
+    check_tokens_per_batch(tokens_per_batch, max_length, bucket_width, batch_multiple)
+    lengths = bucket_lengths(max_length, bucket_width)
+    batch_sizes = [tokens_per_batch // length // batch_multiple * batch_multiple for length in lengths]
 
     def pack(source, target):
         start, end = tf.constant([START_ID]), tf.constant([END_ID])
