@@ -106,7 +106,7 @@ def test_evaluate_command_end_to_end(trained_model, pairs, tmp_path, capsys):
     # The model reproduces PAIRS; the references differ from them in case only.
     assert scores["bleu"] < 100 and 0 <= scores["chrf"] < 100
     assert scores["lc_tok_bleu"] == pytest.approx(100)
-    assert scores["target_language"] == "de" and scores["beam_size"] == 2
+    assert scores["reference_language"] == "de" and scores["target_language"] is None and scores["beam_size"] == 2
     out = capsys.readouterr().out
     assert "signature: nrefs:1|case:mixed|eff:no|tok:13a" in out
     assert "BLEU (lower-cased, Moses-tokenized)" in out

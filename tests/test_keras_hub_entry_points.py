@@ -18,10 +18,12 @@ torch = pytest.importorskip("torch")
 tf = pytest.importorskip("tensorflow")
 
 import keras_transformer as kt  # noqa: E402
+from keras_transformer.cli import main as cli  # noqa: E402
 from keras_transformer.marian import MarianPreprocessor, MarianPresetLoader, MarianTokenizer  # noqa: E402
+from keras_transformer.presets import catalog  # noqa: E402
 from keras_transformer.presets.resolution import HubUnreachableError  # noqa: E402
 from keras_transformer.utils import library_internals  # noqa: E402
-from marian_fixtures import SOURCE_SENTENCES, publish, trained_checkpoint  # noqa: E402
+from marian_fixtures import SOURCE_SENTENCES, publish, trained_checkpoint, write_multilingual_repo  # noqa: E402
 
 REPO = "Helsinki-NLP/opus-mt-saved-en-de"
 SOURCES = SOURCE_SENTENCES[:3]
@@ -271,3 +273,85 @@ def test_generate_takes_datasets(task):
 def test_wrong_input_forms_say_what_generate_takes(task, inputs, error, match):
     with pytest.raises(error, match=match):
         task.generate(inputs, beam_size=None)
+
+
+# --- The catalog's names -------------------------------------------------------
+
+HUB_NAMES = sorted(name for name, entry in catalog.NAMED_PRESETS.items() if entry["kaggle_handle"].startswith("hf://"))
+# The presets of a multilingual checkpoint, by the target language each fixes.
+FIXED_LANGUAGES = catalog.PRESET_TARGET_LANGUAGES
+MULTILINGUAL_HANDLE = "hf://Helsinki-NLP/opus-mt-tc-big-gmw-gmw"
+ENTRY_POINTS = {
+    "Backbone": keras_hub.models.Backbone,
+    "Tokenizer": keras_hub.models.Tokenizer,
+    "Seq2SeqLMPreprocessor": keras_hub.models.Seq2SeqLMPreprocessor,
+    "Seq2SeqLM": keras_hub.models.Seq2SeqLM,
+    "Transformer": kt.Transformer,
+}
+
+
+@pytest.fixture(scope="module")
+def catalog_repos(checkpoint, tmp_path_factory):
+    """Every repository the catalog names, published in the cache: the
+    multilingual checkpoint as the West Germanic one, the test checkpoint as
+    the others. Returns each name's `config.json`."""
+    multilingual = write_multilingual_repo(tmp_path_factory.mktemp("catalog") / "multilingual")
+    configs = {}
+    for name in HUB_NAMES:
+        handle = catalog.NAMED_PRESETS[name]["kaggle_handle"]
+        folder = multilingual["folder"] if handle == MULTILINGUAL_HANDLE else checkpoint["folder"]
+        snapshot = publish(folder, checkpoint["cache"], handle.removeprefix("hf://"))
+        configs[name] = json.loads((snapshot / "config.json").read_text())
+    return configs
+
+
+@pytest.mark.parametrize("entry_point", ENTRY_POINTS)
+@pytest.mark.parametrize("name", HUB_NAMES)
+def test_every_entry_point_takes_the_catalog_names(catalog_repos, name, entry_point):
+    loaded = ENTRY_POINTS[entry_point].from_preset(name)
+    config = catalog_repos[name]
+    backbone = getattr(loaded, "backbone", loaded)
+    if isinstance(backbone, kt.TransformerBackbone):
+        assert type(backbone) is kt.TransformerBackbone
+        assert backbone.vocabulary_size == config["vocab_size"]
+    tokenizer = getattr(getattr(loaded, "preprocessor", loaded), "tokenizer", loaded)
+    if isinstance(tokenizer, MarianTokenizer):
+        assert tokenizer.vocabulary_size() == config["vocab_size"]
+        assert tokenizer.target_language == FIXED_LANGUAGES.get(name)
+    if isinstance(loaded, kt.Transformer):
+        assert type(loaded.preprocessor) is MarianPreprocessor
+
+
+@pytest.mark.parametrize("name", sorted(FIXED_LANGUAGES))
+def test_a_fixed_language_holds_through_keras_hub_and_every_saved_copy(catalog_repos, name, tmp_path):
+    expected = kt.Transformer.from_preset(MULTILINGUAL_HANDLE).translate(
+        SOURCES, target_language=FIXED_LANGUAGES[name], beam_size=None
+    )
+    model = keras_hub.models.Seq2SeqLM.from_preset(name)
+    assert model.translate(SOURCES, beam_size=None) == expected
+    model.save_to_preset(str(tmp_path / "saved"))
+    assert cli.main(["convert", name, str(tmp_path / "converted")]) == 0
+    for folder in ("saved", "converted"):
+        for entry_point in (kt.Transformer, keras_hub.models.Seq2SeqLM):
+            again = entry_point.from_preset(str(tmp_path / folder))
+            assert again.preprocessor.tokenizer.target_language == FIXED_LANGUAGES[name]
+        assert again.translate(SOURCES, beam_size=None) == expected
+
+
+def test_evaluate_takes_the_target_language_apart_from_the_references_language(catalog_repos, tmp_path):
+    translations = kt.Transformer.from_preset(MULTILINGUAL_HANDLE).translate(
+        SOURCES, target_language="nld", beam_size=2
+    )
+    (tmp_path / "test.en").write_text("".join(s + "\n" for s in SOURCES), "utf-8")
+    # References without a language suffix: their language is named.
+    (tmp_path / "references.txt").write_text("".join(t + "\n" for t in translations), "utf-8")
+    arguments = ["--src", str(tmp_path / "test.en"), "--ref", str(tmp_path / "references.txt"), "--beam-size", "2"]
+    arguments += ["--lowercase-tokenized", "--json", str(tmp_path / "scores.json"), "--quiet"]
+    code = cli.main(
+        ["evaluate", MULTILINGUAL_HANDLE, "--target-language", "nld", "--reference-language", "nl", *arguments]
+    )
+    assert code == 0
+    scores = json.loads((tmp_path / "scores.json").read_text("utf-8"))
+    assert scores["target_language"] == "nld" and scores["reference_language"] == "nl"
+    assert scores["bleu"] == pytest.approx(100) and scores["lc_tok_bleu"] == pytest.approx(100)
+    assert scores["lc_tok_preprocessing"] == "lowercase+moses-norm+moses-tok(nl)"

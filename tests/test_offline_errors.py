@@ -6,8 +6,13 @@ made while online caches it, and that a local folder loads; it may suggest
 `load_weights=False` only where that call then works offline.
 """
 
+import logging
+import socket
+import time
+
 import pytest
 from huggingface_hub import constants as hf_constants
+from huggingface_hub import hf_api
 
 import keras_transformer as kt
 from keras_transformer.cli import main as cli
@@ -62,3 +67,51 @@ def test_convert_offline_says_the_hub_could_not_be_reached(tmp_path, capsys):
     assert "could not be reached" in error and "hf://Helsinki-NLP/opus-mt-en-de" in error
     assert "not a checkpoint in transformers format" not in error
     assert not out.exists()
+
+
+@pytest.fixture
+def unreachable_hub(monkeypatch):
+    """Offline mode off and the Hub's address a closed port on loopback:
+    every request fails to connect, as on a network that is down, and none
+    leaves the machine. huggingface_hub reads the address once, on import
+    (its constants and its module-level `HfApi`), so those are patched."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setattr(hf_constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(
+        hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}"
+    )
+    monkeypatch.setattr(hf_api.api, "endpoint", endpoint)
+    return endpoint
+
+
+# huggingface_hub's five retries wait 1, 2, 4, 8 and 8 seconds; failing at
+# once takes a fraction of a second.
+QUICK_S = 5
+
+
+@pytest.mark.parametrize(
+    "load",
+    [
+        pytest.param(lambda out: kt.Transformer.from_preset("base_en_de"), id="name"),
+        pytest.param(lambda out: kt.Transformer.from_preset("hf://Helsinki-NLP/opus-mt-en-de"), id="handle"),
+        pytest.param(lambda out: cli.main(["convert", "base_en_de", str(out)]), id="convert"),
+    ],
+)
+def test_unreachable_hub_fails_at_the_first_answer(unreachable_hub, load, tmp_path, caplog, capsys):
+    caplog.set_level(logging.WARNING)
+    start = time.monotonic()
+    try:
+        result = load(tmp_path / "out")
+    except HubUnreachableError as error:
+        message = str(error)
+    else:
+        assert result == 1
+        message = capsys.readouterr().err
+    assert time.monotonic() - start < QUICK_S
+    assert "could not be reached" in message and "once while online" in message
+    assert not [record.getMessage() for record in caplog.records if record.name.startswith("huggingface_hub")]

@@ -9,7 +9,7 @@ before anything large is downloaded.
 import json
 from pathlib import Path
 
-from keras_transformer.presets.resolution import HubUnreachableError, NotOnHubError
+from keras_transformer.presets.resolution import HubUnreachableError, NotOnHubError, hub_unreachable, preset_handle
 from keras_transformer.utils.library_internals import HF_PREFIX
 
 CONFIG_FILE = "config.json"
@@ -19,14 +19,17 @@ class CheckpointFiles:
     """Fetches the files of one checkpoint by name.
 
     Args:
-        handle: `hf://org/name` or a local folder.
+        handle: `hf://org/name`, a registered name that stands for one
+            (`"base_en_de"`), or a local folder.
         revision: a branch, tag or commit of a Hub repo (`None`: main).
     """
 
     def __init__(self, handle: str, revision: str | None = None):
-        self.handle = str(handle)
+        self.preset = str(handle)
+        self.handle = preset_handle(self.preset)
         self.revision = revision
         self.repo_id = self.handle.removeprefix(HF_PREFIX) if self.is_hub else None
+        self._hub_answered = False
         if not self.is_hub and not Path(self.handle).is_dir():
             raise FileNotFoundError(f"There is no checkpoint folder at '{self.handle}'.")
 
@@ -37,9 +40,8 @@ class CheckpointFiles:
     @property
     def name(self) -> str:
         """How errors name the checkpoint."""
-        if self.is_hub and self.revision:
-            return f"{self.handle} (revision {self.revision})"
-        return self.handle
+        name = self.handle if self.preset == self.handle else f"'{self.preset}' ({self.handle})"
+        return f"{name} (revision {self.revision})" if self.is_hub and self.revision else name
 
     def config(self) -> dict:
         path = self(CONFIG_FILE)
@@ -62,7 +64,7 @@ class CheckpointFiles:
         if not self.is_hub:
             path = Path(self.handle) / name
             return path if path.is_file() else None
-        from huggingface_hub import constants, file_exists, hf_hub_download
+        from huggingface_hub import file_exists, hf_hub_download
         from huggingface_hub.errors import (
             EntryNotFoundError,
             LocalEntryNotFoundError,
@@ -77,8 +79,8 @@ class CheckpointFiles:
         except EntryNotFoundError:
             return None  # cached as absent
         try:
-            if constants.is_offline_mode():
-                raise LocalEntryNotFoundError("offline")
+            if not self._hub_reachable(name):
+                raise LocalEntryNotFoundError("offline or unreachable")
             if not download:
                 return Path(name) if file_exists(self.repo_id, name, revision=self.revision) else None
             return Path(hf_hub_download(self.repo_id, name, revision=self.revision))
@@ -95,3 +97,14 @@ class CheckpointFiles:
             ) from error
         except EntryNotFoundError:
             return None
+
+    def _hub_reachable(self, name: str) -> bool:
+        """Whether the Hub may be asked: not in offline mode, and it answered
+        one request for `name` made without huggingface_hub's retries (which
+        spend long waits on a network that is down)."""
+        from huggingface_hub import constants
+
+        if constants.is_offline_mode():
+            return False
+        self._hub_answered = self._hub_answered or not hub_unreachable(self.repo_id, name, self.revision)
+        return self._hub_answered

@@ -13,8 +13,12 @@ points build this package's classes from an Opus-MT repository or a
   `keras_hub.tokenizers.Tokenizer.from_preset(...)`: a `MarianPreprocessor`
   and a `MarianTokenizer`.
 
-Each takes `revision=` (a branch, tag or commit of a Hub repo); files come
-from huggingface_hub's cache first (`keras_transformer.marian.hub`).
+Each takes an `hf://` handle, a folder, or a registered name that stands
+for a Hub repo (`"base_en_de"`, `keras_transformer.presets.catalog`), and
+`revision=` (a branch, tag or commit of a Hub repo); files come from
+huggingface_hub's cache first (`keras_transformer.marian.hub`). A name that
+fixes a target language (`"big_en_de"`: German) gives a tokenizer with that
+`target_language`, which its saved configuration keeps.
 
 Example:
 >>> import keras_hub, keras_transformer
@@ -28,6 +32,7 @@ from keras_transformer.marian.loader import marian_backbone, marian_preprocessor
 from keras_transformer.marian.preprocessor import MarianPreprocessor
 from keras_transformer.marian.tokenizer import MarianTokenizer
 from keras_transformer.models.transformer_backbone import TransformerBackbone
+from keras_transformer.presets.resolution import preset_target_language
 from keras_transformer.utils.library_internals import PresetLoader
 
 
@@ -35,7 +40,8 @@ class MarianPresetLoader(PresetLoader):
     """KerasHub's loader for a Marian checkpoint in `transformers` format.
 
     Args:
-        preset: `hf://org/name` or a folder.
+        preset: `hf://org/name`, a registered name that stands for one, or
+            a folder.
         config: its `config.json`, as KerasHub read it (the main revision);
             the checkpoint's files, config included, are read again at the
             `revision` a call names.
@@ -50,18 +56,18 @@ class MarianPresetLoader(PresetLoader):
         return marian_backbone(files, tokenizer, load_weights, backbone_cls=cls, **kwargs)
 
     def load_tokenizer(self, cls, config_file=None, revision: str | None = None) -> MarianTokenizer:
-        return marian_preprocessor(CheckpointFiles(self.preset, revision)).tokenizer
+        return self._preprocessor(CheckpointFiles(self.preset, revision)).tokenizer
 
     def load_preprocessor(self, cls, config_file=None, revision: str | None = None, **kwargs) -> MarianPreprocessor:
         # A task or preprocessor class asks for its own preprocessor class;
         # a Marian checkpoint needs Marian's packing and two SentencePiece models.
-        return marian_preprocessor(CheckpointFiles(self.preset, revision), **kwargs)
+        return self._preprocessor(CheckpointFiles(self.preset, revision), **kwargs)
 
     def load_task(self, cls, load_weights: bool, load_task_weights: bool, revision: str | None = None, **kwargs):
         # The output projection is the shared embedding: there are no task weights.
         files = CheckpointFiles(self.preset, revision)
         # The config and the tokenizer files are checked before any weights are read.
-        preprocessor = marian_preprocessor(files)
+        preprocessor = self._preprocessor(files)
         if "backbone" not in kwargs:
             backbone_kwargs, kwargs = self.get_backbone_kwargs(**kwargs)
             kwargs["backbone"] = marian_backbone(
@@ -69,3 +75,10 @@ class MarianPresetLoader(PresetLoader):
             )
         kwargs.setdefault("preprocessor", preprocessor)
         return cls(**kwargs)
+
+    def _preprocessor(self, files: CheckpointFiles, **kwargs) -> MarianPreprocessor:
+        """The checkpoint's preprocessor, its tokenizer set to the target
+        language the preset's name fixes, if any."""
+        preprocessor = marian_preprocessor(files, **kwargs)
+        preprocessor.tokenizer.set_target_language(preset_target_language(self.preset))
+        return preprocessor

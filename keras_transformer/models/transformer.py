@@ -27,7 +27,7 @@ from keras_transformer.layers.threefry_dropout import xla_compiled
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.models.transformer_preprocessor import TransformerPreprocessor
 from keras_transformer.presets.integrity import load_preset_weights
-from keras_transformer.presets.resolution import preset_handle, preset_target_language, resolve_preset
+from keras_transformer.presets.resolution import check_hub_reachable, preset_handle, resolve_preset
 from keras_transformer.presets.saving import save_preset
 from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy, TrainingRecipe, paper_optimizer
 from keras_transformer.utils.library_internals import HF_PREFIX, TRANSFORMERS_LOADERS, preset_config
@@ -184,6 +184,7 @@ class Transformer(keras_hub.models.Seq2SeqLM):
                 `transformers` format (its model type is read from the main
                 revision's `config.json`).
         """
+        check_hub_reachable(preset)
         handle = preset_handle(preset)
         model_type = _transformers_model_type(handle)
         if model_type is not None:
@@ -193,11 +194,10 @@ class Transformer(keras_hub.models.Seq2SeqLM):
                     f"Cannot load {handle}: config.json has model_type = {model_type!r}, but Transformer "
                     f"loads transformers checkpoints of model type {known} only."
                 )
-            model = super().from_preset(handle, load_weights=load_weights, **kwargs)
-            language = preset_target_language(preset)
-            if language is not None and model.preprocessor is not None:
-                model.preprocessor.tokenizer.set_target_language(language)
-            return model
+            # A registered name, not its handle: the loader sets the language the name fixes.
+            return super().from_preset(
+                preset if isinstance(preset, str) else handle, load_weights=load_weights, **kwargs
+            )
         revision = kwargs.pop("revision", None)
         directory, architecture_only = resolve_preset(preset, load_weights)
         if revision is not None:

@@ -134,6 +134,45 @@ def resolve_preset(preset: str | os.PathLike, load_weights: bool = True) -> tupl
     )
 
 
+def check_hub_reachable(preset: str | os.PathLike, revision: str | None = None) -> None:
+    """Fails at once when a hub preset is not cached and the Hub cannot be reached.
+
+    huggingface_hub retries a request whose connection fails, five times with
+    growing waits, before it gives up; one request without retries tells an
+    unreachable Hub apart first. Cached presets, folders and offline mode
+    (`HF_HUB_OFFLINE=1`) send nothing.
+
+    Raises:
+        HubUnreachableError: the preset's `config.json` is not cached and the
+            Hub did not answer.
+    """
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    handle = preset_handle(preset)
+    if not isinstance(handle, str) or not handle.startswith(HF_PREFIX) or constants.is_offline_mode():
+        return
+    repo_id = handle.removeprefix(HF_PREFIX)
+    if try_to_load_from_cache(repo_id, CONFIG_FILE, revision=revision) is None and hub_unreachable(
+        repo_id, CONFIG_FILE, revision
+    ):
+        raise _unreachable_hub_error(handle, os.fspath(preset))
+
+
+def hub_unreachable(repo_id: str, filename: str, revision: str | None = None) -> bool:
+    """Whether one request for `filename` of Hub repo `repo_id`, made without
+    retries, fails to reach the Hub (any answer from it counts as reached)."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import HfHubHTTPError, HTTPError
+
+    try:
+        get_hf_file_metadata(hf_hub_url(repo_id, filename, revision=revision))
+    except HfHubHTTPError:
+        return False  # the Hub answered (e.g. no such file): the download reports it
+    except HTTPError:
+        return True  # no connection, or no answer in time
+    return False
+
+
 def hub_snapshot(handle: str, name: str, load_weights: bool = True) -> Path:
     """The local folder of a hub preset: the cache if it has it, else a download."""
     from huggingface_hub import snapshot_download

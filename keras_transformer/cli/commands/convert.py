@@ -32,21 +32,20 @@ def convert(source: str, out_dir: str | Path, revision: str | None = None, dtype
     from keras_transformer import Transformer
     from keras_transformer.marian.card import model_card, source_license
     from keras_transformer.marian.hub import CheckpointFiles
-    from keras_transformer.presets.resolution import preset_handle
     from keras_transformer.presets.saving import save_preset
     from keras_transformer.utils.errors import UserError
 
-    handle = preset_handle(source)
-    files = CheckpointFiles(handle, revision)
+    files = CheckpointFiles(source, revision)
     # Read here, not guessed: an unreachable Hub or a missing repository raises and says so.
     if "model_type" not in files.config():
         raise UserError(
             f"{source} is not a checkpoint in transformers format (its config.json has no model_type); "
             "convert reads Marian (Opus-MT) checkpoints."
         )
-    model = Transformer.from_preset(handle, revision=revision)
+    # The name, not its handle: a name's fixed target language is saved with the tokenizer.
+    model = Transformer.from_preset(source, revision=revision)
     license_id = source_license(files)
-    card = model_card(handle, Path(out_dir).name, model.backbone, license_id, weights_dtype=dtype)
+    card = model_card(files.handle, Path(out_dir).name, model.backbone, license_id, weights_dtype=dtype)
     return save_preset(model, out_dir, weights_dtype=None if dtype == "float32" else dtype, model_card=card)
 
 

@@ -3,11 +3,16 @@
 Prints BLEU and chrF on cased, detokenized text with sacreBLEU's signatures
 and, with --lowercase-tokenized or --ref-tok, BLEU on lower-cased,
 Moses-tokenized text (the form of most published Multi30k results).
+A multilingual model takes the language to translate into with
+--target-language, as `translate` does; --reference-language (by default
+from --ref's suffix) is the references' language code for Moses' rules.
 
 Example:
     keras-transformer evaluate presets/my_ende --src test_2016_flickr.en.gz \\
         --ref test_2016_flickr.de.gz --ref-tok test_2016_flickr.lc.norm.tok.de.gz \\
         --output hyps.de --json scores.json
+    keras-transformer evaluate hf://Helsinki-NLP/opus-mt-tc-big-gmw-gmw --target-language nld \\
+        --src flores.en --ref flores.nl --lowercase-tokenized
 """
 
 # User mistakes raise ValueError, which `keras_transformer.cli.main` reports in
@@ -36,6 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--target-language",
+        metavar="LANG",
+        help="for a multilingual model, the language to translate into (e.g. deu): its token (>>deu<<) starts "
+        "each sentence that has none; an unknown language lists the model's",
+    )
+    parser.add_argument(
+        "--reference-language",
+        metavar="CODE",
         help="language code of the references, for Moses' rules (default: from --ref's "
         "suffix, e.g. 'de' for test.de or test.de.gz)",
     )
@@ -70,13 +82,15 @@ def run(args: argparse.Namespace) -> int:
                 f"{len(tokenized_references)}: they must be line-aligned."
             )
     lowercase_tokenized = args.lowercase_tokenized or tokenized_references is not None
-    target_language = args.target_language or _language_from_suffix(args.ref)
-    if target_language is None:
+    reference_language = args.reference_language or _language_from_suffix(args.ref)
+    if reference_language is None:
         if lowercase_tokenized:
-            raise ValueError(f"Cannot tell the target language from {args.ref}'s name: pass --target-language.")
-        target_language = "en"  # unused: only the Moses tokenizer needs a language.
+            raise ValueError(f"Cannot tell the language of {args.ref} from its name: pass --reference-language.")
+        reference_language = "en"  # unused: only the Moses tokenizer needs a language.
 
     model = Transformer.from_preset(args.preset)
+    if args.target_language is not None:
+        _set_target_language(model, args.target_language)
     translations, result = evaluate_model(
         model,
         sources,
@@ -84,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         search=search,
         batch_size=args.batch_size,
         lowercase_tokenized=lowercase_tokenized,
-        target_language=target_language,
+        target_language=reference_language,
         tokenized_references=tokenized_references,
         verbose=0 if args.quiet else 1,
     )
@@ -101,10 +115,27 @@ def run(args: argparse.Namespace) -> int:
             "beam_size": args.beam_size,
             "alpha": args.alpha,
             "max_extra_length": args.max_extra_length,
-            "target_language": target_language,
+            "target_language": args.target_language,
+            "reference_language": reference_language,
         }
         Path(args.json).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0
+
+
+def _set_target_language(model, language: str) -> None:
+    """Makes a multilingual model translate into `language`.
+
+    Raises:
+        ValueError: the model has no such language, or no target-language
+            tokens at all; the message says which it has.
+    """
+    tokenizer = model.preprocessor.tokenizer
+    if not hasattr(tokenizer, "set_target_language"):
+        raise ValueError(
+            f"This model has no target-language tokens (got --target-language {language}): it translates "
+            "into one language. Leave --target-language out (--reference-language names the references' language)."
+        )
+    tokenizer.set_target_language(language)
 
 
 def _language_from_suffix(path: str) -> str | None:
