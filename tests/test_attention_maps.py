@@ -1,8 +1,11 @@
 """Attention pictures: the weights are the blocks' own, and the PNG shows them."""
 
+import json
+
 import numpy as np
 import pytest
 
+from keras_transformer.generation import attention_maps as attention_maps_module
 from keras_transformer.generation.attention_maps import (
     attention_maps,
     plot_cross_attention,
@@ -55,3 +58,40 @@ def test_bad_layer_or_head_is_named(trained_model, tmp_path):
         plot_cross_attention(maps, tmp_path / "x.png", heads=[0, 5])
     with pytest.raises(ValueError, match="no tokens"):
         attention_maps(trained_model, "  ")
+
+
+@pytest.fixture(scope="module")
+def separate_vocabularies(tmp_path_factory):
+    """A Marian checkpoint whose target has its own, smaller vocabulary, written by `transformers`."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    from marian_fixtures import write_multilingual_repo
+
+    import keras_transformer as kt
+
+    folder = write_multilingual_repo(tmp_path_factory.mktemp("separate") / "folder")["folder"]
+    target_pieces = json.loads((folder / "target_vocab.json").read_text(encoding="utf-8"))
+    return kt.Transformer.from_preset(str(folder)), {index: piece for piece, index in target_pieces.items()}
+
+
+def _label(piece):
+    """A piece as the pictures label it: word starts bare, special tokens as they are, the rest after "##"."""
+    if piece.startswith("\u2581"):
+        return piece[1:] or piece
+    return piece if piece.startswith("<") and piece.endswith(">") else "##" + piece
+
+
+def test_output_pieces_come_from_the_target_vocabulary(separate_vocabularies, monkeypatch):
+    model, target_pieces = separate_vocabularies
+    greedy, emitted = attention_maps_module._greedy_output, []
+
+    def greedy_output(*args):
+        ids = greedy(*args)
+        emitted.extend(ids)
+        return ids
+
+    monkeypatch.setattr(attention_maps_module, "_greedy_output", greedy_output)
+    maps = attention_maps(model, ">>deu<< A dog runs across the green field.")
+    assert len(emitted) > 3  # the start token, </s>, and words between
+    assert maps.output_pieces == [_label(target_pieces[i]) for i in emitted[1:]]
+    assert maps.cross_attention.shape[2] == len(maps.output_pieces)

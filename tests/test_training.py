@@ -1,4 +1,5 @@
 import argparse
+import functools
 import gzip
 import os
 import types
@@ -508,3 +509,45 @@ def test_training_on_multi30k_lowers_the_loss_and_beats_an_untrained_model(multi
     ]
     assert scores[1].chrf > scores[0].chrf + 5
     assert scores[1].bleu >= scores[0].bleu
+
+
+def _recorded_orders(model, pairs, monkeypatch, **fit_options) -> dict[str, list[int]]:
+    """The indices of `pairs` that the train and test steps of two epochs of
+    `fit` on lists of strings get, in order; the steps compute nothing."""
+    texts = {"encoder_text": [p[0] for p in pairs], "decoder_text": [p[1] for p in pairs]}
+    x, y, weights = model.preprocessor(texts)
+    index_of = {tuple(row): index for index, row in enumerate(keras.ops.convert_to_numpy(x["encoder_token_ids"]))}
+    seen = {"train_step": [], "test_step": []}
+
+    def recording_step(indices, *args):
+        # JAX's steps take the state before the batch and return it after the logs.
+        x = args[-1][0]
+        indices.extend(index_of[tuple(row)] for row in keras.ops.convert_to_numpy(x["encoder_token_ids"]))
+        logs = {"loss": 0.0}  # TensorFlow's trainer refuses empty logs
+        return (logs, args[0]) if len(args) == 2 else logs
+
+    for name, indices in seen.items():
+        monkeypatch.setattr(model, name, functools.partial(recording_step, indices))
+    model.compile(run_eagerly=True, jit_compile=False)  # eager: the steps see the values
+    # Keras' TensorFlow trainer builds the metrics in the first real step, and these steps compute nothing.
+    model.compute_metrics(x, y, model(x), weights)
+    model.fit(texts, batch_size=2, epochs=2, verbose=0, **fit_options)
+    return seen
+
+
+def test_fit_on_lists_reshuffles_every_epoch_unless_told_not_to(tokenizer, pairs, monkeypatch):
+    keras.utils.set_random_seed(0)
+    trained = _recorded_orders(make_model(tokenizer), pairs, monkeypatch)["train_step"]
+    first, second = trained[: len(pairs)], trained[len(pairs) :]
+    in_order = list(range(len(pairs)))
+    assert sorted(first) == sorted(second) == in_order  # each epoch sees every pair once
+    assert first != second  # in a new order each epoch
+    unshuffled = _recorded_orders(make_model(tokenizer), pairs, monkeypatch, shuffle=False)
+    assert unshuffled["train_step"] == in_order + in_order
+
+
+def test_fit_holds_out_the_last_examples_before_shuffling(tokenizer, pairs, monkeypatch):
+    keras.utils.set_random_seed(0)
+    seen = _recorded_orders(make_model(tokenizer), pairs, monkeypatch, validation_split=1 / 3)
+    assert sorted(seen["train_step"]) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert seen["test_step"] == [4, 5, 4, 5]  # validated on in order, after each epoch

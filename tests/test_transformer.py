@@ -333,6 +333,20 @@ def test_generate_searches_a_short_buffer_first_and_the_full_one_only_if_needed(
         np.testing.assert_array_equal(out[key], full[key])
 
 
+def test_a_target_prefix_fits_a_short_max_length(trained_model):
+    # Prompts are padded to a multiple of 16 positions; max_length only has to hold the real prefix.
+    inputs = {"encoder_text": ["two dogs play .", "a dog runs ."], "decoder_text": ["zwei", "ein hund"]}
+    greedy = trained_model.generate(inputs, max_length=8, beam_size=None)
+    # The prefixes begin the memorised translations, which greedy search continues as it would without them.
+    assert greedy == trained_model.generate(inputs["encoder_text"], max_length=8, beam_size=None)
+    for outputs in (greedy, trained_model.generate(inputs, max_length=8, beam_size=2)):
+        for output, prefix in zip(outputs, inputs["decoder_text"]):
+            assert output.startswith(prefix + " ")  # the prefix, then what the search added
+    # "ein hund" is three pieces: with the start token, four positions.
+    with pytest.raises(ValueError, match=r"max_length=4 leaves no room after the target prefix \(4 positions"):
+        trained_model.generate({"encoder_text": ["a dog runs ."], "decoder_text": ["ein hund"]}, max_length=4)
+
+
 def test_generate_on_token_ids_uses_the_backbones_special_ids():
     # A vocabulary whose end token is 5 and whose sources carry no start
     # token (Marian's packing): the search must stop at 5 and count the

@@ -96,11 +96,12 @@ def attention_maps(model, sentence: str) -> AttentionMaps:
     source_ids, source_mask = source["encoder_token_ids"], source["encoder_padding_mask"]
     encoder_maps, encoder_output = _encoder_attention(backbone, source_ids, source_mask)
     cross_maps = _cross_attention(backbone, decoder_ids, encoder_output, source_mask)
+    target_piece = _target_piece_lookup(tokenizer)
     return AttentionMaps(
         source=sentence,
         translation=_text(tokenizer.detokenize(np.array([output_ids[1:-1]], "int32"))),
-        source_pieces=[_piece(tokenizer, i) for i in source_ids[0]],
-        output_pieces=[_piece(tokenizer, i) for i in output_ids[1:]],
+        source_pieces=[_label(tokenizer.id_to_token(int(i))) for i in source_ids[0]],
+        output_pieces=[_label(target_piece(i)) for i in output_ids[1:]],
         encoder_self_attention=encoder_maps,
         cross_attention=cross_maps,
     )
@@ -145,11 +146,21 @@ def _cross_attention(backbone, decoder_ids, encoder_output, source_mask):
     return np.stack(maps)
 
 
-def _piece(tokenizer, token_id) -> str:
+def _target_piece_lookup(tokenizer):
+    """The target-side piece of an id: `id_to_token` is the source's, and a
+    checkpoint with separate vocabularies (Marian's `target_vocabulary`)
+    numbers the decoder's pieces on their own."""
+    vocabulary = getattr(tokenizer, "target_vocabulary", None)
+    if vocabulary is None:
+        return lambda token_id: tokenizer.id_to_token(int(token_id))
+    pieces = {index: piece for piece, index in vocabulary.items()}
+    return lambda token_id: pieces[int(token_id)]
+
+
+def _label(piece: str) -> str:
     """A subword as a label: a word's first piece as itself, a piece that
     continues a word after "##", as BERT writes them (SentencePiece marks the
     word starts instead, with "▁")."""
-    piece = tokenizer.id_to_token(int(token_id))
     if piece.startswith(WORD_START):
         return piece[len(WORD_START) :] or WORD_START
     if piece.startswith("<") and piece.endswith(">"):

@@ -83,10 +83,23 @@ def token_id_batch(inputs: dict) -> dict:
     if all(key in inputs for key in PROMPT_KEYS):
         mask = ops.convert_to_numpy(inputs["decoder_padding_mask"]).astype(bool)
         if mask[:, 1:].any():
-            width = int(np.flatnonzero(mask.any(axis=0))[-1]) + 1
+            width = _used_width(mask)
             token_ids["decoder_token_ids"] = ops.convert_to_numpy(inputs["decoder_token_ids"])[:, :width]
             token_ids["decoder_padding_mask"] = mask[:, :width]
     return token_ids
+
+
+def prompt_positions(token_ids: dict) -> int:
+    """The positions the target prefixes take, start token included: up to
+    the end of the longest, the prompt's padding left out; 0 without one."""
+    if "decoder_padding_mask" not in token_ids:
+        return 0
+    return _used_width(token_ids["decoder_padding_mask"])
+
+
+def _used_width(padding_mask: np.ndarray) -> int:
+    """The columns up to the last one any row uses."""
+    return int(np.flatnonzero(np.asarray(padding_mask).any(axis=0))[-1]) + 1
 
 
 def target_token_ids(tokenizer, texts: list[str]) -> list[list[int]]:

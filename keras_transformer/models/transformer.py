@@ -2,6 +2,7 @@
 
 import contextlib
 import gc
+import math
 import os
 from functools import partial
 
@@ -14,6 +15,7 @@ from keras_transformer.generation.batches import (
     concatenate,
     is_dataset,
     pack_prompts,
+    prompt_positions,
     strip_prefixes,
     target_token_ids,
     text_batch,
@@ -31,6 +33,7 @@ from keras_transformer.presets.resolution import check_hub_reachable, preset_han
 from keras_transformer.presets.saving import save_preset
 from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy, TrainingRecipe, paper_optimizer
 from keras_transformer.utils.library_internals import HF_PREFIX, TRANSFORMERS_LOADERS, preset_config
+from keras_transformer.utils.text_libraries import tf
 
 TOKEN_ID_KEYS = ("encoder_token_ids", "encoder_padding_mask", "decoder_token_ids")
 # Sentences end long before section 6.1's source + 50 limit (Multi30k: 13 to
@@ -241,6 +244,42 @@ class Transformer(keras_hub.models.Seq2SeqLM):
             return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
         return super().preprocess_samples(x, y, sample_weight)
 
+    def fit(
+        self,
+        x=None,
+        y=None,
+        batch_size=None,
+        sample_weight=None,
+        validation_data=None,
+        validation_split=None,
+        shuffle=True,
+        **kwargs,
+    ):
+        """KerasHub's `fit`, with array-like inputs reshuffled every epoch, as
+        Keras shuffles arrays.
+
+        KerasHub batches lists and arrays (of strings or token ids, in dicts
+        and tuples) in their order into a dataset, which Keras then cannot
+        shuffle; here their examples are shuffled anew each epoch unless
+        `shuffle=False`. `validation_split` holds out the last examples
+        before shuffling, as Keras does. Datasets are passed on as they are,
+        and so is everything on a machine without TensorFlow (which has no
+        `tf.data` to shuffle with).
+        """
+        if not shuffle or tf is None or not _is_array_like(x):
+            return super().fit(
+                x, y, batch_size, sample_weight, validation_data, validation_split, shuffle=shuffle, **kwargs
+            )
+        examples = _examples(keras.utils.pack_x_y_sample_weight(x, y, sample_weight))
+        if validation_split and validation_data is None:
+            examples, validation = _split_off_validation(examples, validation_split)
+            validation_data = validation.batch(batch_size or 32)
+        elif _is_array_like(validation_data):
+            validation_data = _examples(validation_data).batch(batch_size or 32)
+        batches = examples.shuffle(len(examples), reshuffle_each_iteration=True).batch(batch_size or 32)
+        # Shuffled already: Keras would only warn that it cannot shuffle a dataset.
+        return super().fit(batches, validation_data=validation_data, shuffle=False, **kwargs)
+
     def train_step(self, *args, **kwargs):
         # Traced into Keras' training function, which XLA compiles when
         # `jit_compile` is on: dropout masks may then use Threefry
@@ -387,7 +426,8 @@ class Transformer(keras_hub.models.Seq2SeqLM):
                 prefixes = target_token_ids(tokenizer, texts.prefixes)
                 token_ids.update(pack_prompts(prefixes, backbone.start_token_id, backbone.pad_token_id))
         run_search = partial(self._search, token_ids, settings)
-        # The buffer holds the longer of the source and the target prefix, and more.
+        # The buffer holds the longer of the source and the target prompt (both
+        # padded to few widths, so that few searches are compiled), and more.
         prompt_length = token_ids["decoder_token_ids"].shape[1] if "decoder_token_ids" in token_ids else 0
         source_length = max(token_ids["encoder_token_ids"].shape[1], prompt_length)
         outputs = None
@@ -399,9 +439,9 @@ class Transformer(keras_hub.models.Seq2SeqLM):
                     outputs = widen(outputs, max_length, self.backbone.pad_token_id)
                 else:
                     outputs = None
-        elif max_length <= prompt_length:
+        elif max_length <= (prefix_positions := prompt_positions(token_ids)):
             raise ValueError(
-                f"max_length={max_length} leaves no room after the target prefix ({prompt_length} positions, "
+                f"max_length={max_length} leaves no room after the target prefix ({prefix_positions} positions, "
                 "start token included); raise it or leave it out."
             )
         if outputs is None:
@@ -421,7 +461,8 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         batch = token_ids["encoder_token_ids"].shape[0]
         inputs = {**token_ids, "decoder_token_ids": np.zeros((batch, buffer_length), "int32")}
         if "decoder_padding_mask" in token_ids:  # a target prefix, which the search continues
-            prompt = {key: token_ids[key] for key in ("decoder_token_ids", "decoder_padding_mask")}
+            # A buffer narrower than the padded prompt leaves out only padding (generate checks it).
+            prompt = {key: token_ids[key][:, :buffer_length] for key in ("decoder_token_ids", "decoder_padding_mask")}
             inputs.update(widen(prompt, buffer_length, self.backbone.pad_token_id))
         function = self._search_function(settings, with_completion)
         outputs = function({k: ops.convert_to_tensor(v) for k, v in inputs.items()})
@@ -540,6 +581,32 @@ def _transformers_model_type(handle) -> str | None:
     except (OSError, ValueError):
         return None
     return config.get("model_type") if isinstance(config, dict) else None
+
+
+def _is_array_like(data) -> bool:
+    """Lists, tuples, dicts and arrays, which Keras slices and shuffles; not datasets."""
+    return isinstance(data, (list, tuple, dict)) or hasattr(data, "__array__")
+
+
+def _examples(data):
+    """`data` (arrays, lists, and dicts or tuples of them) as a `tf.data`
+    dataset of examples, converted as KerasHub converts them."""
+    leaves = keras.tree.map_structure(
+        lambda leaf: ops.convert_to_numpy(leaf) if hasattr(leaf, "__array__") else leaf, data
+    )
+    return tf.data.Dataset.from_tensor_slices(leaves)
+
+
+def _split_off_validation(examples, validation_split: float):
+    """The first examples to train on and the last `validation_split` of them to validate on."""
+    count = len(examples)
+    training = math.floor(count * (1.0 - validation_split))
+    if training in (0, count):
+        raise ValueError(
+            f"validation_split={validation_split} of {count} examples leaves none to "
+            f"{'train on' if training == 0 else 'validate on'}: give more examples or another split."
+        )
+    return examples.take(training), examples.skip(training)
 
 
 class SearchFunctions:
