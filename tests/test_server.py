@@ -405,3 +405,16 @@ def test_a_multilingual_model_serves_each_target_through_its_token(tmp_path):
             )
         injected = client.post("/translate", json={"q": ">>nld<< A dog.", "source": "en", "target": "de"})
         assert injected.status_code == 400
+
+
+def test_compile_searches_compiles_what_generate_then_runs(tiny_model):
+    import numpy as np
+
+    token_ids = np.ones((2, 16), "int32")
+    tiny_model.compile_searches(
+        {"encoder_token_ids": token_ids, "encoder_padding_mask": token_ids.astype(bool)}, GREEDY
+    )
+    compiled = dict(tiny_model.compiled_searches)
+    assert set(compiled) == {(GREEDY, True), (GREEDY, False)}
+    tiny_model.translate(SOURCES[:2], search=GREEDY)
+    assert tiny_model.compiled_searches == compiled  # generate needed no search it had not built

@@ -432,9 +432,9 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         source_length = max(token_ids["encoder_token_ids"].shape[1], prompt_length)
         outputs = None
         if max_length is None:
-            max_length = max(source_length + settings.max_extra_length, prompt_length + 1)
-            if source_length + FIRST_BUFFER_EXTRA < max_length:
-                outputs = run_search(source_length + FIRST_BUFFER_EXTRA, with_completion=True)
+            first_buffer, max_length = _default_buffers(source_length, prompt_length, settings)
+            if first_buffer is not None:
+                outputs = run_search(first_buffer, with_completion=True)
                 if outputs.pop("complete").all():
                     outputs = widen(outputs, max_length, self.backbone.pad_token_id)
                 else:
@@ -467,6 +467,23 @@ class Transformer(keras_hub.models.Seq2SeqLM):
         function = self._search_function(settings, with_completion)
         outputs = function({k: ops.convert_to_tensor(v) for k, v in inputs.items()})
         return {k: ops.convert_to_numpy(v) for k, v in outputs.items()}
+
+    def compile_searches(self, token_ids: dict, search: SearchSettings | None = None) -> None:
+        """Compiles, by running them once, the searches `generate(token_ids,
+        search=search)` may run for a batch of this shape: the one with the
+        short first buffer and the one with the full buffer. A server calls
+        this for each shape it decodes before it takes requests.
+
+        Args:
+            token_ids: `{"encoder_token_ids", "encoder_padding_mask"}` arrays
+                of the batch size and source width to compile for.
+            search: the `SearchSettings` (by default `default_search`).
+        """
+        settings = search or self.default_search
+        first_buffer, full_buffer = _default_buffers(token_ids["encoder_token_ids"].shape[1], 0, settings)
+        if first_buffer is not None:
+            self._search(token_ids, settings, first_buffer, with_completion=True)
+        self._search(token_ids, settings, full_buffer)
 
     def translate(
         self,
@@ -620,6 +637,14 @@ class SearchFunctions:
     def __init__(self, jit_compile: bool | str = "auto"):
         self.jit_compile = jit_compile  # as given to `Transformer.compile`
         self.functions = {}
+
+
+def _default_buffers(source_length: int, prompt_length: int, settings: SearchSettings) -> tuple[int | None, int]:
+    """The output buffers `generate` searches with when given no `max_length`:
+    the short first one (`None` where it would be no shorter) and the full one."""
+    full = max(source_length + settings.max_extra_length, prompt_length + 1)
+    first = source_length + FIRST_BUFFER_EXTRA
+    return (first if first < full else None), full
 
 
 def _beam_size_of(sampler) -> int | None:
