@@ -331,6 +331,8 @@ def test_every_command_has_help_with_an_example():
         "attention",
         "upload",
         "convert",
+        "serve",
+        "prepare",
     }
     for name, sub in subparsers.choices.items():
         text = sub.format_help()

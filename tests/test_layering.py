@@ -45,6 +45,7 @@ LAYERS = [
     ["marian", "marian.*"],
     [
         "training.data",
+        "training.prepared",
         "training.distribution",
         "training.run_folder",
         "training.trainer",

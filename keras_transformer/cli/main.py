@@ -34,6 +34,7 @@ BACKEND_COMMANDS = ("translate", "train", "average", "evaluate", "attention", "c
 
 COMMANDS = {
     "translate": "Translate sentences with a preset.",
+    "prepare": "Tokenize a parallel corpus once into shards that train streams.",
     "train": "Train a model on parallel text.",
     "average": "Average the last checkpoints of a run into a preset.",
     "evaluate": "Translate a test set and report sacreBLEU.",

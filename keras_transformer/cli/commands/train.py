@@ -6,6 +6,9 @@ checkpoints/ (every --checkpoint-every-steps steps and/or
 --checkpoint-every-minutes minutes), logs/ (TensorBoard), curves.csv and
 training_curves.png. Running the same command again resumes from the last
 checkpoint with the same step, optimizer state and learning rate.
+With --data instead of --src/--tgt, the training pairs are streamed from a
+corpus that `keras-transformer prepare` tokenized once (with its vocabulary),
+so memory does not grow with the corpus and a resumed run starts at once.
 
 Example, Multi30k's Transformer-Tiny recipe:
 
@@ -37,10 +40,12 @@ ARCHITECTURE_FLAGS = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("data")
-    data.add_argument(
-        "--src", required=True, help="source sentences, one a line (plain or .gz); a TSV file without --tgt"
-    )
+    data.add_argument("--src", help="source sentences, one a line (plain or .gz); a TSV file without --tgt")
     data.add_argument("--tgt", help="target sentences, line-aligned with --src")
+    data.add_argument(
+        "--data",
+        help="instead of --src/--tgt: a folder from keras-transformer prepare, streamed from disk, with its vocabulary",
+    )
     data.add_argument("--valid-src", help="validation source sentences (or a TSV file without --valid-tgt)")
     data.add_argument("--valid-tgt", help="validation target sentences")
     data.add_argument(
@@ -201,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
     import keras
 
     from keras_transformer.training import data, distribution
+    from keras_transformer.training.prepared import prepared_batches
     from keras_transformer.training.run_folder import run_trainer
 
     if args.coordinator:
@@ -226,18 +232,22 @@ def run(args: argparse.Namespace) -> int:
                 f"then {previous}); use a new --out folder."
             )
 
-    train_sources, train_targets = _read(args.src, args.tgt, args.skip_bad, "training")
+    if (args.src is None) == (args.data is None):
+        raise ValueError("give the training data either as --src (and --tgt) or as --data (a prepared corpus).")
     valid = None
     if args.valid_src:
         valid = _read(args.valid_src, args.valid_tgt, args.skip_bad, "validation")
-
-    tokenizer = _vocabulary(args, train_sources + train_targets, write=chief)
-    train_pairs = data.tokenize_pairs(train_sources, train_targets, tokenizer, args.max_length)
-    source_tokens, target_tokens = train_pairs.num_tokens()
-    print(
-        f"training: {len(train_pairs)} pairs, {source_tokens} source and {target_tokens} target "
-        f"tokens; {train_pairs.dropped} pairs longer than {args.max_length} tokens dropped."
-    )
+    if args.data:
+        corpus, tokenizer = _prepared(args, write=chief)
+    else:
+        train_sources, train_targets = _read(args.src, args.tgt, args.skip_bad, "training")
+        tokenizer = _vocabulary(args, train_sources + train_targets, write=chief)
+        train_pairs = data.tokenize_pairs(train_sources, train_targets, tokenizer, args.max_length)
+        source_tokens, target_tokens = train_pairs.num_tokens()
+        print(
+            f"training: {len(train_pairs)} pairs, {source_tokens} source and {target_tokens} target "
+            f"tokens; {train_pairs.dropped} pairs longer than {args.max_length} tokens dropped."
+        )
     valid_pairs = None
     if valid:
         valid_pairs = data.tokenize_pairs(*valid, tokenizer, args.max_length)
@@ -265,10 +275,15 @@ def run(args: argparse.Namespace) -> int:
         if step >= args.max_steps:
             print(f"{args.out} has already reached step {step} (--max-steps {args.max_steps}).")
             return 0
-        # Every batch splits evenly over the devices.
-        train_data = data.token_batches(
-            train_pairs, args.tokens_per_batch, repeat=True, seed=args.seed + step, batch_multiple=trainer.replicas
-        )
+        # Every batch splits evenly over the devices. A resumed run reshuffles
+        # with a seed of its step. Every process of a multi-host run reads the
+        # same batches and keeps its rows of each (distribution.prepare_dataset):
+        # the processes' shares of a batch must have one shape.
+        batches = dict(repeat=True, seed=args.seed + step, batch_multiple=trainer.replicas)
+        if args.data:
+            train_data = prepared_batches(corpus, args.tokens_per_batch, **batches)
+        else:
+            train_data = data.token_batches(train_pairs, args.tokens_per_batch, **batches)
         valid_data = None
         if valid_pairs:
             valid_data = data.token_batches(
@@ -303,9 +318,37 @@ def _vocabulary(args, sentences, write=True):
     else:
         print(f"training a shared vocabulary of {args.vocab_size} subwords on the training data.")
         tokenizer = train_tokenizer(sentences, args.vocab_size)
-    if not write:
-        return tokenizer
+    if write:
+        _write_vocabulary(path, tokenizer)
+    return tokenizer
+
+
+def _prepared(args, write=True):
+    """The prepared corpus of --data and its tokenizer, which the run folder's (and --vocabulary) must match."""
+    from keras_transformer import TransformerTokenizer
+    from keras_transformer.training.prepared import PreparedCorpus, tokenizer_checksum
+
+    corpus = PreparedCorpus.open(args.data)
+    print(f"training: {args.data}: {corpus}.")
+    if corpus.max_length > args.max_length:
+        raise ValueError(
+            f"{args.data} was prepared with --max-length {corpus.max_length}: train with at least that "
+            f"--max-length, or prepare the corpus again with --max-length {args.max_length}."
+        )
+    tokenizer = corpus.tokenizer()
+    path = os.path.join(args.out, VOCABULARY_FILE)
+    for given in (args.vocabulary, path if os.path.exists(path) else None):
+        if given is not None and tokenizer_checksum(TransformerTokenizer(proto=given)) != corpus.tokenizer_sha256:
+            raise ValueError(
+                f"{given} is not the vocabulary {args.data} was tokenized with: leave out --vocabulary, "
+                "or train in a new --out folder."
+            )
+    if write and not os.path.exists(path):
+        _write_vocabulary(path, tokenizer)
+    return corpus, tokenizer
+
+
+def _write_vocabulary(path, tokenizer):
     with open(path + ".tmp", "wb") as f:
         f.write(tokenizer.proto)
     os.replace(path + ".tmp", path)
-    return tokenizer
