@@ -65,9 +65,8 @@ def separate_vocabularies(tmp_path_factory):
     """A Marian checkpoint whose target has its own, smaller vocabulary, written by `transformers`."""
     pytest.importorskip("transformers")
     pytest.importorskip("torch")
-    from marian_fixtures import write_multilingual_repo
-
     import keras_transformer as kt
+    from marian_fixtures import write_multilingual_repo
 
     folder = write_multilingual_repo(tmp_path_factory.mktemp("separate") / "folder")["folder"]
     target_pieces = json.loads((folder / "target_vocab.json").read_text(encoding="utf-8"))
