@@ -30,7 +30,7 @@ def _free_port() -> int:
 def _start(backend: str, *options: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     command = [sys.executable, "-m", "keras_transformer.cli", "serve", "multi30k_en_de", "--port", str(port)]
-    command += ["--backend", backend, "--max-batch-size", "2", "--max-source-tokens", "32", *options]
+    command += ["--backend", backend, "--max-batch-size", "1", "--max-source-tokens", "32", *options]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600

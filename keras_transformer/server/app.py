@@ -121,7 +121,10 @@ def app_of(service: TranslationService, warm_up: bool = True) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        service.start_in_background(warm_up)
+        if warm_up:
+            service.start_in_background()
+        else:  # nothing to compile: ready before the first request
+            service.start(warm_up=False)
         yield
         # uvicorn has answered every open request by now (its graceful
         # shutdown); the batchers finish what is left in their queues.
