@@ -38,7 +38,7 @@ from starlette.routing import Route
 
 from keras_transformer.server.api import ApiError, check_body_size, read_translate_request, too_large
 from keras_transformer.server.engine import ModelEngine
-from keras_transformer.server.routing import ServedModel, served_model
+from keras_transformer.server.routing import served_model
 from keras_transformer.server.service import ServiceSettings, TranslationService
 
 logger = logging.getLogger("keras_transformer.server")
@@ -170,6 +170,3 @@ async def _internal_error(request: Request, error: Exception) -> Response:
 
 def _reason(status: int) -> str:
     return {403: "forbidden", 429: "overloaded", 503: "unavailable", 504: "deadline"}.get(status, "invalid")
-
-
-__all__ = ["ServedModel", "ServiceSettings", "app_of", "build_app", "served_model"]

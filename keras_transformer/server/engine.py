@@ -76,12 +76,6 @@ class ModelEngine:
         self.batch_sizes = tuple(size for size in _powers_of_two(max_batch_size))
         self.room = self.length_buckets[-1] - SPECIAL_POSITIONS
 
-    @property
-    def multilingual(self) -> bool:
-        """Whether the model reads its target language from a `>>xxx<<` token."""
-        languages = getattr(self.model.preprocessor.tokenizer, "target_languages", None)
-        return bool(languages and languages())
-
     def target_languages(self) -> list[str]:
         """The ISO 639-3 names of a multilingual model's `>>xxx<<` tokens (none for others)."""
         languages = getattr(self.model.preprocessor.tokenizer, "target_languages", None)

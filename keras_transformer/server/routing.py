@@ -108,9 +108,8 @@ class Router:
     """The model of each `(source, target)` pair; the first of `models` wins a shared pair."""
 
     def __init__(self, models: list[ServedModel]):
-        self.models = list(models)
         self._routes: dict[tuple[str, str], ServedModel] = {}
-        for model in self.models:
+        for model in models:
             for pair in model.pairs():
                 self._routes.setdefault(pair, model)
 

@@ -87,8 +87,9 @@ class TranslationService:
             raise
         self._ready.set()
 
-    def start_in_background(self, warm_up: bool = True) -> threading.Thread:
-        thread = threading.Thread(target=self.start, args=(warm_up,), name="warm-up", daemon=True)
+    def start_in_background(self) -> threading.Thread:
+        """`start()` in a thread of its own, so that the port answers (503) while the models compile."""
+        thread = threading.Thread(target=self.start, name="warm-up", daemon=True)
         thread.start()
         return thread
 
