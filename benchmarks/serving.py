@@ -62,7 +62,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import REPO_ROOT, report
-from benchmarks.machine_load import OtherLoadMeter, sample_other_load
+from benchmarks.machine_load import QUIET_SHARE, OtherLoadMeter, sample_other_load
 from benchmarks.run import pinned_cpus, thread_environment
 from benchmarks.serving_load import (
     HELD_P99_S,
@@ -354,7 +354,7 @@ def render(context: dict, results: list[dict]) -> str:
     lines = ["# Serving benchmark", ""]
     other = context["other_load_during"]
     share = other["cpu_seconds"] / other["wall_seconds"] if other and other["wall_seconds"] else 0.0
-    if context["dev"] or share > 0.05:
+    if context["dev"] or share > QUIET_SHARE:
         lines += [
             f"> **Shared machine.** Other processes used {_describe_load(other)} while this ran "
             f"(load average {context['load_average_before'][0]:.1f} at the start, on {machine['cpu_count']} CPUs): "
