@@ -5,7 +5,8 @@ values of its output once (one copy per sentence, which all its beams read:
 `layers.cached_attention.attend_cached`), and hands a cached one-position `step` to the greedy or
 beam search of `keras_transformer.generation.search`. `compiled_search` compiles
 it per backend: XLA on TensorFlow, `jax.jit` on JAX (stateless, the
-variables passed in), `torch.no_grad` on torch.
+variables passed in), eagerly under `torch.inference_mode` on torch, its
+caches written in place (`utils.slice_update.writing_in_place`).
 """
 
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from keras_transformer.generation import search
 from keras_transformer.generation.settings import SearchSettings
 from keras_transformer.layers.bfloat16_products import cpu_has_bfloat16_instructions
 from keras_transformer.models.transformer_backbone import TransformerBackbone
+from keras_transformer.utils.slice_update import writing_in_place
 
 
 def resolve_jit_compile(jit_compile: bool | str = "auto", training_dtype: str | None = None) -> bool:
@@ -198,7 +200,8 @@ def compiled_search(
         import torch
 
         def without_gradients(inputs):
-            with torch.no_grad():
+            # The search owns its caches and token buffers: written in place.
+            with torch.inference_mode(), writing_in_place():
                 return function(inputs)
 
         return without_gradients

@@ -1,7 +1,33 @@
-"""`ops.slice_update` that an eager TensorFlow search need not compile."""
+"""`ops.slice_update` that an eager TensorFlow search need not compile, and
+that a torch search may write in place."""
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
 
 import keras
 from keras import ops
+
+_IN_PLACE = contextvars.ContextVar("slice_update_in_place", default=False)
+
+
+@contextlib.contextmanager
+def writing_in_place() -> Iterator[None]:
+    """Within it, `slice_update` on torch writes into `inputs` and returns it.
+
+    Keras' torch `slice_update` clones the whole tensor to write one slice,
+    and with tensor start indices (a search's loop index) also builds index
+    grids for `index_put_`: at every step, for every layer's cache. A search
+    that owns its buffers and never reads one after updating it (as the
+    searches of `generation` do) loses nothing by writing in place; torch
+    tensors only, without gradients (the other backends' tensors are
+    immutable, so there it changes nothing).
+    """
+    token = _IN_PLACE.set(True)
+    try:
+        yield
+    finally:
+        _IN_PLACE.reset(token)
 
 
 def slice_update(inputs, start_indices, updates):
@@ -20,7 +46,13 @@ def slice_update(inputs, start_indices, updates):
     >>> ops.convert_to_numpy(slice_update(ops.zeros((1, 4)), (0, 2), ops.ones((1, 1)))).tolist()
     [[0.0, 0.0, 1.0, 0.0]]
     """
-    if keras.config.backend() == "tensorflow":
+    backend = keras.config.backend()
+    if backend == "torch" and _IN_PLACE.get():
+        starts = [int(start) for start in start_indices]
+        target = inputs[tuple(slice(start, start + size) for start, size in zip(starts, updates.shape, strict=True))]
+        target.copy_(updates)
+        return inputs
+    if backend == "tensorflow":
         import tensorflow as tf
 
         if tf.executing_eagerly():

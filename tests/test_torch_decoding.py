@@ -1,0 +1,49 @@
+"""torch's decoding path: caches written in place under `torch.inference_mode`,
+the same tokens as the reference search (Keras' copying `slice_update`)."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_transformer.generation.decoding import compiled_search, resolve_jit_compile, search_step
+from keras_transformer.generation.settings import SearchSettings
+from keras_transformer.utils.slice_update import slice_update, writing_in_place
+
+pytestmark = pytest.mark.skipif(keras.config.backend() != "torch", reason="torch's decoding path")
+
+
+def test_auto_stays_eager_on_torch():
+    assert resolve_jit_compile("auto") is False
+
+
+def test_slice_update_in_place_writes_into_its_input():
+    inputs = ops.zeros((2, 4))
+    with writing_in_place():
+        output = slice_update(inputs, (0, ops.convert_to_tensor(1)), ops.ones((2, 2)))
+    assert output is inputs
+    assert ops.convert_to_numpy(inputs).tolist() == [[0, 1, 1, 0], [0, 1, 1, 0]]
+    copied = slice_update(inputs, (0, 3), ops.ones((2, 1)))  # outside: Keras' copy
+    assert copied is not inputs and ops.convert_to_numpy(inputs)[0, 3] == 0
+
+
+@pytest.mark.parametrize("beam_size", [None, 3])
+def test_in_place_search_finds_the_reference_tokens(tiny_model, beam_size):
+    import torch
+
+    rng = np.random.default_rng(0)
+    backbone = tiny_model.backbone
+    ids = rng.integers(4, backbone.vocabulary_size, size=(5, 9)).astype("int32")
+    mask = np.ones_like(ids, dtype=bool)
+    mask[1, 6:] = mask[3, 4:] = False
+    inputs = {
+        "encoder_token_ids": ops.convert_to_tensor(np.where(mask, ids, backbone.pad_token_id)),
+        "encoder_padding_mask": ops.convert_to_tensor(mask),
+        "decoder_token_ids": ops.zeros((5, 14), "int32"),
+    }
+    settings = SearchSettings(beam_size=beam_size)
+    with torch.no_grad():
+        reference = search_step(backbone, inputs, beam_size=beam_size, alpha=settings.alpha)
+    found = compiled_search(tiny_model, resolve_jit_compile(), settings)(inputs)
+    for name in ("decoder_token_ids", "decoder_padding_mask"):
+        np.testing.assert_array_equal(ops.convert_to_numpy(found[name]), ops.convert_to_numpy(reference[name]))
