@@ -1,47 +1,64 @@
-"""keras-transformer: the Transformer of "Attention Is All You Need" on Keras 3."""
+"""keras-transformer: the Transformer of "Attention Is All You Need" on Keras 3.
 
-# First, before Keras: the command line's --backend and its filter of native
-# TensorFlow log lines only work if set before Keras and TensorFlow start.
-from keras_transformer.cli.startup import prepare_if_command_line
+The public names load on first use, so that `import keras_transformer` starts
+neither Keras nor TensorFlow: the command line (`keras_transformer.cli`) sets
+Keras' backend up before they start. Loading them registers the package's
+classes, preset names and Marian loader with KerasHub
+(`keras_hub.models.Seq2SeqLM.from_preset("multi30k_en_de")`); where Keras
+runs already (KerasHub imported first), `import keras_transformer` loads them
+at once, since there is no backend left to choose.
+"""
 
-prepare_if_command_line()
+import importlib
+import sys
 
-# `marian` registers its loader with KerasHub, whose from_preset then reads Opus-MT checkpoints.
-from keras_transformer import layers, marian
-from keras_transformer.generation.search import beam_search, greedy_search, length_penalty
-from keras_transformer.generation.settings import SearchSettings
-from keras_transformer.models.transformer import Transformer
-from keras_transformer.models.transformer_backbone import TransformerBackbone
-from keras_transformer.models.transformer_preprocessor import TransformerPreprocessor
-from keras_transformer.models.transformer_tokenizer import TransformerTokenizer, train_tokenizer
-from keras_transformer.presets.resolution import register_builtin_presets
-from keras_transformer.training import (
-    LabelSmoothedCrossEntropy,
-    MaskedAccuracy,
-    TrainingRecipe,
-    TransformerSchedule,
-    paper_optimizer,
-)
-from keras_transformer.version import __version__
+from keras_transformer.version import __version__ as __version__
 
-register_builtin_presets()
+# Each public name, and the module that defines it.
+_PUBLIC_NAMES = {
+    "LabelSmoothedCrossEntropy": "keras_transformer.training",
+    "MaskedAccuracy": "keras_transformer.training",
+    "SearchSettings": "keras_transformer.generation.settings",
+    "TrainingRecipe": "keras_transformer.training",
+    "Transformer": "keras_transformer.models.transformer",
+    "TransformerBackbone": "keras_transformer.models.transformer_backbone",
+    "TransformerPreprocessor": "keras_transformer.models.transformer_preprocessor",
+    "TransformerSchedule": "keras_transformer.training",
+    "TransformerTokenizer": "keras_transformer.models.transformer_tokenizer",
+    "beam_search": "keras_transformer.generation.search",
+    "greedy_search": "keras_transformer.generation.search",
+    "length_penalty": "keras_transformer.generation.search",
+    "paper_optimizer": "keras_transformer.training",
+    "train_tokenizer": "keras_transformer.models.transformer_tokenizer",
+}
+_PUBLIC_MODULES = ("layers", "marian")
+# What KerasHub's entry points need: the task class, its presets (registered
+# by `presets.resolution` on import) and the Marian loader.
+_KERAS_HUB_REGISTRATIONS = ("keras_transformer.models.transformer", "keras_transformer.marian")
 
-__all__ = [
-    "LabelSmoothedCrossEntropy",
-    "MaskedAccuracy",
-    "SearchSettings",
-    "TrainingRecipe",
-    "Transformer",
-    "TransformerBackbone",
-    "TransformerPreprocessor",
-    "TransformerSchedule",
-    "TransformerTokenizer",
-    "__version__",
-    "beam_search",
-    "greedy_search",
-    "layers",
-    "marian",
-    "length_penalty",
-    "paper_optimizer",
-    "train_tokenizer",
-]
+__all__ = sorted([*_PUBLIC_NAMES, *_PUBLIC_MODULES, "__version__"])
+
+
+def __getattr__(name: str):
+    """Loads a public name on first use, registering the package with KerasHub first."""
+    if name not in _PUBLIC_NAMES and name not in _PUBLIC_MODULES:
+        raise AttributeError(f"module 'keras_transformer' has no attribute {name!r}")
+    _register_with_keras_hub()
+    if name in _PUBLIC_MODULES:
+        return importlib.import_module(f"keras_transformer.{name}")
+    value = getattr(importlib.import_module(_PUBLIC_NAMES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+def _register_with_keras_hub() -> None:
+    for module in _KERAS_HUB_REGISTRATIONS:
+        importlib.import_module(module)
+
+
+if "keras" in sys.modules:
+    _register_with_keras_hub()

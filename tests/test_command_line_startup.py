@@ -156,3 +156,35 @@ def test_exiting_at_once_flushes_the_output_and_runs_exit_handlers_only():
     assert result.returncode == 3
     assert result.stdout == "translation without a newline"  # flushed; finalization (the __del__) skipped
     assert "exit handler" in result.stderr
+
+
+def test_the_package_and_the_command_line_import_without_keras():
+    # So that the command line's start-up (cli.main.command_line) runs before Keras starts.
+    program = (
+        "import sys\n"
+        "import keras_transformer, keras_transformer.cli.main\n"
+        "started = sorted({'keras', 'keras_hub', 'tensorflow', 'jax', 'torch'} & set(sys.modules))\n"
+        "assert not started, started\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_package_used_as_a_library_changes_nothing_of_the_start_up(tmp_path):
+    # Even with a command line's arguments: only cli.main.command_line prepares.
+    program = (
+        "import gc, os, stat, sys\n"
+        "import keras_transformer as kt\n"
+        "kt.Transformer\n"
+        "assert gc.isenabled() and gc.get_freeze_count() == 0\n"
+        "assert not [name for name in ('IPython', 'matplotlib', 'grain') if sys.modules.get(name, 0) is None]\n"
+        "assert stat.S_ISREG(os.fstat(2).st_mode)  # still the file it was given, not a pipe\n"
+    )
+    with open(tmp_path / "stderr", "w") as stderr:
+        result = subprocess.run(
+            [sys.executable, "-c", program, "translate", "--preset", "p", "a dog ."],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            timeout=300,
+        )
+    assert result.returncode == 0, (tmp_path / "stderr").read_text()

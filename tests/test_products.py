@@ -1,4 +1,4 @@
-"""bfloat16 products traced for XLA inside `float32_accumulation()` are bfloat16 x bfloat16 -> float32 dots on
+"""`layers.products` traced for XLA inside `float32_accumulation()` are bfloat16 x bfloat16 -> float32 dots on
 the CPU (JAX, and TensorFlow with `jit_compile=True`), with the values and gradients of Keras' own products."""
 
 import contextlib
@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_transformer.layers.bfloat16_products import float32_accumulation
+from keras_transformer.layers import products
+from keras_transformer.layers.products import float32_accumulation
 
 PRODUCTS = {
-    "matmul (dense layer)": (lambda a, b: ops.matmul(a, b), (2, 5, 8), (8, 6)),
-    "einsum (attention projection in)": (lambda a, b: ops.einsum("abc,cde->abde", a, b), (2, 5, 8), (8, 3, 4)),
-    "einsum (attention projection out)": (lambda a, b: ops.einsum("abcd,cde->abe", a, b), (2, 5, 3, 4), (3, 4, 6)),
+    "dense": (products.dense, (2, 5, 8), (8, 6)),
+    "einsum (attention projection in)": (lambda a, b: products.einsum("abc,cde->abde", a, b), (2, 5, 8), (8, 3, 4)),
+    "einsum (attention projection out)": (lambda a, b: products.einsum("abcd,cde->abe", a, b), (2, 5, 3, 4), (3, 4, 6)),
 }
 
 
@@ -66,7 +67,7 @@ def test_bias_gradients_sum_in_float32_without_a_reduce_window(jax, bfloat16_uni
     x, bias = operands((64, 32, 16), (16,))
 
     def loss(x, bias):
-        return ops.sum(ops.cast(ops.add(x, bias), "float32") ** 2)
+        return ops.sum(ops.cast(products.add_bias(x, bias), "float32") ** 2)
 
     keras_own = jax.grad(loss, argnums=(0, 1))(x, bias)
     with float32_accumulation():
@@ -82,7 +83,7 @@ def test_bias_gradients_sum_in_float32_without_a_reduce_window(jax, bfloat16_uni
     np.testing.assert_allclose(np.asarray(ops.cast(bias_gradient, "float32")), exact, rtol=1e-2, atol=2.0)
     with float32_accumulation():
         # Numbers and same-shaped tensors are Keras' own adds (a Python float keeps bfloat16).
-        assert ops.add(x, 1.0).dtype == ops.add(x, x).dtype == "bfloat16"
+        assert products.add_bias(x, 1.0).dtype == products.add_bias(x, x).dtype == "bfloat16"
 
 
 def test_the_logits_bias_gradient_sums_in_float32(jax, bfloat16_units):
@@ -105,9 +106,9 @@ def test_the_logits_bias_gradient_sums_in_float32(jax, bfloat16_units):
 
 def test_the_traced_dot_takes_bfloat16_and_sums_in_float32(jax, bfloat16_units):
     a, b = operands((32, 64), (64, 48))
-    outside = jax.jit(lambda a, b: ops.matmul(a, b)).lower(a, b).compile().as_text()
+    outside = jax.jit(lambda a, b: products.dense(a, b)).lower(a, b).compile().as_text()
     with float32_accumulation():
-        inside = jax.jit(lambda a, b: ops.matmul(a, b)).lower(a, b).compile().as_text()
+        inside = jax.jit(lambda a, b: products.dense(a, b)).lower(a, b).compile().as_text()
     assert _dot_operand_types(inside) == {"bf16"}
     assert _dot_operand_types(outside) == {"f32"}  # Keras' own product: XLA converts the operands first
 
@@ -115,24 +116,22 @@ def test_the_traced_dot_takes_bfloat16_and_sums_in_float32(jax, bfloat16_units):
 def test_the_route_stays_off_on_a_cpu_without_bfloat16_instructions(monkeypatch):
     import keras
 
-    from keras_transformer.layers import bfloat16_products
-
-    monkeypatch.setattr(bfloat16_products, "cpu_has_bfloat16_instructions", lambda: False)
+    monkeypatch.setattr(products, "cpu_has_bfloat16_instructions", lambda: False)
     a, b = operands((32, 64), (64, 48))
     with float32_accumulation():
-        assert not bfloat16_products.routes_products()
+        assert not products.layers_sum_in_float32()
         # Keras' own product, which XLA's CPU backend computes in float32.
         if keras.config.backend() == "jax":
             import jax
 
             if jax.default_backend() == "cpu":
-                program = jax.jit(lambda a, b: ops.matmul(a, b)).lower(a, b).compile().as_text()
+                program = jax.jit(lambda a, b: products.dense(a, b)).lower(a, b).compile().as_text()
                 assert _dot_operand_types(program) == {"f32"}
         elif keras.config.backend() == "tensorflow":
             import tensorflow as tf
 
             if not tf.config.list_physical_devices("GPU"):
-                compiled = tf.function(lambda a, b: ops.matmul(a, b), jit_compile=True)
+                compiled = tf.function(lambda a, b: products.dense(a, b), jit_compile=True)
                 program = compiled.experimental_get_compiler_ir(a, b)(stage="optimized_hlo")
                 assert _dot_operand_types(program) == {"f32"}
 
@@ -140,33 +139,26 @@ def test_the_route_stays_off_on_a_cpu_without_bfloat16_instructions(monkeypatch)
 @pytest.fixture
 def routed(jax, monkeypatch):
     """Products routed as on a CPU with bfloat16 instructions, whatever this CPU has."""
-    from keras_transformer.layers import bfloat16_products
-
     if jax.default_backend() != "cpu":
         pytest.skip("the products are rerouted on the CPU only")
-    monkeypatch.setattr(bfloat16_products, "cpu_has_bfloat16_instructions", lambda: True)
+    monkeypatch.setattr(products, "cpu_has_bfloat16_instructions", lambda: True)
 
 
 def _dense_block():
     """A small `mixed_bfloat16` computation of dense and attention-projection products and bias adds, as a
-    function of its input and its weights, and values for both."""
-    import keras
-
-    keras.utils.set_random_seed(0)
-    policy = "mixed_bfloat16"
-    block = keras.Sequential(
-        [
-            keras.Input((3, 6)),
-            keras.layers.Dense(8, activation="gelu", dtype=policy),
-            keras.layers.EinsumDense("abc,cde->abde", output_shape=(None, 2, 3), bias_axes="de", dtype=policy),
-        ]
-    )
+    function of its input and its (float32) weights, and values for both."""
+    rng = np.random.default_rng(0)
+    shapes = [(6, 8), (8,), (8, 2, 3), (2, 3)]
 
     def forward(x, weights):
-        return ops.cast(block.stateless_call(weights, [], x)[0], "float32")
+        kernel, bias, projection, projection_bias = (ops.cast(w, "bfloat16") for w in weights)
+        hidden = ops.gelu(products.dense(ops.cast(x, "bfloat16"), kernel, bias))
+        return ops.cast(
+            products.add_bias(products.einsum("abc,cde->abde", hidden, projection), projection_bias), "float32"
+        )
 
-    x = np.random.default_rng(0).standard_normal((2, 3, 6)).astype("float32")
-    return forward, x, [v.value for v in block.trainable_variables]
+    x = rng.standard_normal((2, 3, 6)).astype("float32")
+    return forward, x, [rng.standard_normal(shape).astype("float32") for shape in shapes]
 
 
 # A traced (not yet optimised) dot of two bfloat16 operands into float32.
@@ -177,14 +169,12 @@ _BFLOAT16_DOT_SUMMED_IN_FLOAT32 = re.compile(
 
 def test_forward_mode_derivatives_are_keras_own(jax, routed):
     # jax.jvp and jax.jacfwd (Hessians, forward-mode sensitivities) of the routed products.
-    from keras_transformer.layers.bfloat16_products import routes_products
-
     block, x, weights = _dense_block()
     tangents = (np.ones_like(x), [np.ones(w.shape, "float32") for w in weights])
     results = {}
     for routing in (True, False):
         with float32_accumulation(routing):
-            assert routes_products() is routing
+            assert products.layers_sum_in_float32() is routing
             derivatives = jax.jit(
                 lambda x, w, t: (jax.jvp(block, (x, w), t)[1], jax.jacfwd(block, argnums=(0, 1))(x, w))
             )
@@ -237,11 +227,11 @@ def test_tensorflow_routes_only_what_xla_compiles(tf):
     with float32_accumulation():
         # Eagerly and in a function without XLA, TensorFlow's own kernels run:
         # it has none for a bfloat16 product summed into float32.
-        eager = ops.matmul(a, b)
-        plain = tf.function(lambda a, b: ops.matmul(a, b), jit_compile=False)(a, b)
-        compiled = tf.function(lambda a, b: ops.matmul(a, b), jit_compile=True)
+        eager = products.dense(a, b)
+        plain = tf.function(lambda a, b: products.dense(a, b), jit_compile=False)(a, b)
+        compiled = tf.function(lambda a, b: products.dense(a, b), jit_compile=True)
         program = compiled.experimental_get_compiler_ir(a, b)(stage="optimized_hlo")
-    outside = tf.function(lambda a, b: ops.matmul(a, b), jit_compile=True)
+    outside = tf.function(lambda a, b: products.dense(a, b), jit_compile=True)
     np.testing.assert_allclose(np.asarray(ops.cast(plain, "float32")), np.asarray(ops.cast(eager, "float32")))
     if _cpu_has_bfloat16_units(tf):
         assert _dot_operand_types(program) == {"bf16"}
@@ -249,25 +239,23 @@ def test_tensorflow_routes_only_what_xla_compiles(tf):
 
 
 def _cpu_has_bfloat16_units(tf) -> bool:
-    from keras_transformer.layers.bfloat16_products import cpu_has_bfloat16_instructions
 
-    return not tf.config.list_physical_devices("GPU") and cpu_has_bfloat16_instructions()
+    return not tf.config.list_physical_devices("GPU") and products.cpu_has_bfloat16_instructions()
 
 
 def test_other_products_and_dtypes_are_left_alone():
     a, b = (np.ones((2, 3, 4), "float32"), np.ones((2, 4, 5), "float32"))
     with float32_accumulation():
-        batched = ops.matmul(ops.cast(a, "bfloat16"), ops.cast(b, "bfloat16"))  # batched: not a tensordot
-        single = ops.matmul(a[0], b[0])
+        batched = products.dense(ops.cast(a, "bfloat16"), ops.cast(b, "bfloat16"))  # batched: not a tensordot
+        single = products.dense(a[0], b[0])
     assert ops.convert_to_numpy(ops.cast(batched, "float32")).tolist() == np.full((2, 3, 5), 4.0).tolist()
     assert ops.convert_to_numpy(single).dtype == np.float32
 
 
 @pytest.fixture
 def bfloat16_units(jax):
-    from keras_transformer.layers.bfloat16_products import cpu_has_bfloat16_instructions
 
-    if jax.default_backend() != "cpu" or not cpu_has_bfloat16_instructions():
+    if jax.default_backend() != "cpu" or not products.cpu_has_bfloat16_instructions():
         pytest.skip("the products are rerouted on CPUs with bfloat16 instructions only")
 
 
@@ -376,22 +364,24 @@ def test_tensorflow_searches_project_onto_a_transposed_bfloat16_kernel(tf, token
     if not _cpu_has_bfloat16_units(tf):
         pytest.skip("the products are rerouted on CPUs with bfloat16 instructions only")
     from helpers import make_model
+    from keras_transformer.generation import acceleration, decoding
 
     model = make_model(tokenizer, dtype="mixed_bfloat16")
     backbone = model.backbone
-    assert backbone.decoding_output_kernel() is None  # eagerly TensorFlow's own kernels run
-    kernel = tf.function(backbone.decoding_output_kernel, jit_compile=True)()
-    assert kernel.dtype == "bfloat16" and tuple(kernel.shape) == (backbone.hidden_dim, backbone.vocabulary_size)
-    assert make_model(tokenizer).backbone.decoding_output_kernel() is None  # float32
+    assert acceleration.step_logits(backbone) == backbone.logits  # eagerly TensorFlow's own kernels run
+    hidden = np.ones((2, 1, backbone.hidden_dim), "float32")
+    logits = tf.function(lambda: acceleration.step_logits(backbone)(ops.cast(hidden, "bfloat16")), jit_compile=True)()
+    assert logits.dtype == "bfloat16" and tuple(logits.shape) == (2, 1, backbone.vocabulary_size)
+    assert acceleration.step_logits(make_model(tokenizer).backbone) == backbone.logits  # float32
 
-    made, original = [], type(backbone).decoding_output_kernel
+    made, original = [], acceleration.step_logits
 
-    def recorded(self):
-        kernel = original(self)
-        made.append(kernel is not None)
-        return kernel
+    def recorded(backbone):
+        chosen = original(backbone)
+        made.append(chosen != backbone.logits)
+        return chosen
 
-    monkeypatch.setattr(type(backbone), "decoding_output_kernel", recorded)
+    monkeypatch.setattr(decoding, "step_logits", recorded)
     sentences = ["a dog runs .", "two men play football in the park ."]
     model.compile(jit_compile=True)
     routed = model.generate(sentences)

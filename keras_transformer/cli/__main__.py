@@ -1,7 +1,5 @@
 """`python -m keras_transformer.cli`: the command line."""
 
-import sys
+from keras_transformer.cli.main import command_line
 
-from keras_transformer.cli.main import main
-
-sys.exit(main())
+command_line()

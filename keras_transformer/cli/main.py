@@ -96,14 +96,24 @@ def _parents(name: str, verbose: argparse.ArgumentParser, backend: argparse.Argu
     return parents + [backend] if name in BACKEND_COMMANDS else parents
 
 
-def main(argv: list[str] | None = None) -> int:
-    startup.after_imports()
-    parser = build_parser(_commands())
-    args = parser.parse_args(argv)
-    code = _run(args)
-    if argv is None and args.command in startup.LEAN_COMMANDS and startup.running_as_command_line():
+def command_line() -> None:
+    """The `keras-transformer` program (its console script and `python -m
+    keras_transformer.cli`): the start-up before Keras loads, the command,
+    and for `translate` the exit without Python's finalization."""
+    argv = sys.argv[1:]
+    startup.prepare(argv)
+    code = main(argv)
+    if startup.command_of(argv) in startup.LEAN_COMMANDS:
         startup.exit_at_once(code)
-    return code
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs one command (`argv`, else `sys.argv[1:]`) and returns its exit code."""
+    commands = _commands()
+    startup.after_imports()
+    args = build_parser(commands).parse_args(argv)
+    return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -1,8 +1,9 @@
 """What the command line sets up before Keras and TensorFlow start.
 
 Run as `keras-transformer ...` (or `python -m keras_transformer.cli ...`),
-the package's `__init__` calls `prepare_if_command_line()` before it imports
-Keras, because two things only work before that import:
+`cli.main.command_line` calls `prepare()` before anything imports Keras (the
+package's `__init__` imports neither Keras nor TensorFlow), because two
+things only work before that import:
 
 - `--backend NAME` sets `KERAS_BACKEND` (Keras reads it once, on import);
   `export` always runs on TensorFlow.
@@ -64,8 +65,6 @@ BACKENDS = ("tensorflow", "jax", "torch")
 # Commands whose own --verbose means something else: train's is Keras'
 # verbosity (0, 1, 2), so there the global flag goes before the command.
 OWN_VERBOSE = ("train",)
-COMMAND_NAME = "keras-transformer"
-CLI_MODULE = "keras_transformer.cli"
 
 # The line formats of absl/TSL logging (current and TensorFlow < 2.16) and of
 # TensorFlow's CPU-feature notice. Fatal ("F") lines are kept: they explain
@@ -88,17 +87,6 @@ LEAN_COMMANDS = ("translate",)
 
 _filter = {}  # the installed filter: the real stderr's descriptor and the thread
 _start_up = {"refused": [], "collector_paused": False}  # what `prepare` changed until `after_imports`
-
-
-def running_as_command_line(argv: list[str] | None = None) -> bool:
-    """Whether this process is `keras-transformer` or `python -m keras_transformer.cli`."""
-    argv = sys.argv if argv is None else argv
-    if argv and os.path.basename(argv[0]) in (COMMAND_NAME, COMMAND_NAME + ".exe"):
-        return True
-    # While `python -m` imports the package, sys.argv[0] is "-m"; the module
-    # is in the interpreter's original arguments.
-    original = getattr(sys, "orig_argv", [])
-    return any(a == "-m" and b == CLI_MODULE for a, b in zip(original, original[1:]))
 
 
 def verbose_requested(argv: list[str]) -> bool:
@@ -125,12 +113,6 @@ def option_value(argv: list[str], name: str) -> str | None:
 def command_of(argv: list[str]) -> str | None:
     """The subcommand: the first argument that is not an option."""
     return next((a for a in argv if not a.startswith("-")), None)
-
-
-def prepare_if_command_line() -> None:
-    """Sets the backend and quiets native logs, for the command line only."""
-    if running_as_command_line():
-        prepare(sys.argv[1:])
 
 
 def prepare(argv: list[str]) -> None:

@@ -17,7 +17,7 @@ from keras import ops
 
 from keras_transformer.generation import search
 from keras_transformer.generation.settings import SearchSettings
-from keras_transformer.layers.bfloat16_products import cpu_has_bfloat16_instructions
+from keras_transformer.layers.products import cpu_has_bfloat16_instructions
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.utils.slice_update import writing_in_place
 
@@ -36,7 +36,7 @@ def resolve_jit_compile(jit_compile: bool | str = "auto", training_dtype: str | 
 
     TensorFlow's own (oneDNN) kernels run every bfloat16 product on the
     CPU's bfloat16 units, while under XLA the weight gradients stay float32
-    (`layers.bfloat16_products`): bfloat16 training steps, dominated by
+    (`layers.products`): bfloat16 training steps, dominated by
     large products, are faster without XLA there. Decoding, many small
     steps, stays faster with XLA.
 

@@ -6,7 +6,7 @@ from keras import ops
 
 from keras_transformer.layers.attention import causal_mask, key_padding_mask, multi_head_attention
 from keras_transformer.layers.attention_dropout import attention_dropout_while_building
-from keras_transformer.layers.bfloat16_products import accumulating_in_float32
+from keras_transformer.layers.products import accumulating_in_float32
 from keras_transformer.layers.cached_attention import attend_cached, cache_keys_values
 from keras_transformer.layers.residual import residual_sublayer
 from keras_transformer.training.recipe import TrainingRecipe

@@ -5,7 +5,7 @@ import keras_hub
 
 from keras_transformer.layers.attention import key_padding_mask, multi_head_attention
 from keras_transformer.layers.attention_dropout import attention_dropout_while_building
-from keras_transformer.layers.bfloat16_products import accumulating_in_float32
+from keras_transformer.layers.products import accumulating_in_float32
 from keras_transformer.layers.residual import residual_sublayer
 from keras_transformer.training.recipe import TrainingRecipe
 from keras_transformer.utils import library_internals

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_transformer.layers.bfloat16_products import accumulating_in_float32
+from keras_transformer.layers import products
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -33,9 +33,9 @@ class LogitsBias(keras.layers.Layer):
         self.bias = self.add_weight(shape=(vocabulary_size,), initializer="zeros", name="bias")
         self.built = True
 
-    @accumulating_in_float32  # the bias's gradient: a sum over every target position
+    @products.accumulating_in_float32  # the bias's gradient: a sum over every target position
     def call(self, logits):
-        return ops.add(logits, ops.cast(self.bias, logits.dtype))
+        return products.add_bias(logits, ops.cast(self.bias, logits.dtype))
 
     def get_config(self):
         config = super().get_config()

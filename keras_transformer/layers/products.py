@@ -1,47 +1,43 @@
-"""bfloat16 matrix products that XLA's CPU backend runs on the CPU's bfloat16 units.
+"""The layers' matrix products and bias adds, summed in float32 from bfloat16 operands on the CPU.
 
 Under Keras' `mixed_bfloat16` policy a layer multiplies two bfloat16
 operands into a bfloat16 result. XLA's CPU backend computes such a dot in
 float32: it converts both operands, multiplies with float32 kernels and
 rounds the result, which makes bfloat16 no faster than float32. A bfloat16 x
 bfloat16 -> float32 dot, however, goes to YNNPACK's bfloat16 kernels
-(AVX512_BF16 and AMX instructions where the CPU has them). Inside
-`float32_accumulation()`, Keras' `matmul` and `einsum` of two bfloat16
-operands that contract one's last axes with the other's first (dense layers,
-attention projections, the output projection) are traced as that dot plus
-one rounding to bfloat16: the same values as before (float32 sums rounded
-once), from the faster kernels. Their derivatives, reverse (gradients) and
-forward (`jax.jvp`, `jax.jacfwd`), are computed the same way.
+(AVX512_BF16 and AMX instructions where the CPU has them). The model's
+layers therefore multiply through `dense` and `einsum` and add biases
+through `add_bias`: inside `float32_accumulation()`, traced for XLA on such
+a CPU, a product of two bfloat16 operands is that dot plus one rounding to
+bfloat16 (the same values: float32 sums rounded once, from the faster
+kernels), with derivatives, reverse (gradients) and forward (`jax.jvp`,
+`jax.jacfwd`), of the same kind; anywhere else they are `keras.ops`'
+`matmul`, `einsum` and `add`. Keras' own functions are left as they are.
 
-On JAX that is `dot_general(preferred_element_type=float32)`. There a bias
-added to a bfloat16 result (`ops.add` over the leading axes) also gets its
-gradient summed in float32 directly: from JAX's own, XLA's CPU backend makes
-a reduce-window that took longer than the layer's forward product (60 against
-40 ms for a 4096 x 2048 feed-forward output). On TensorFlow it is
-`BatchMatMulV3` with a float32 `Tout`, which only XLA compiles (TensorFlow
-has no kernel of its own for it): products traced for XLA
-(`jit_compile=True`) are routed, and those TensorFlow runs itself (eagerly,
+On JAX that is `dot_general(preferred_element_type=float32)`, and a bias
+added to a bfloat16 result gets its gradient summed in float32 directly
+(from JAX's own, XLA's CPU backend makes a slow reduce-window). On
+TensorFlow it is `BatchMatMulV3` with a float32 `Tout`, which only XLA
+compiles (TensorFlow has no kernel of its own for it): products traced for
+XLA (`jit_compile=True`) take it, and those TensorFlow runs itself (eagerly,
 or in a function without XLA) are left to its oneDNN kernels, which already
-use the bfloat16 units. The XLA in TensorFlow 2.21 still converts two kinds
-of routed dots to float32, those whose operand is transposed: the output
-projection `h E^T` (searches project onto a transposed copy instead,
-`TransformerBackbone.decoding_output_kernel`) and the weight gradients. So
-under XLA TensorFlow's forward products and input gradients reach the
-bfloat16 units, and a bfloat16 training step runs faster without XLA
-(`generation.decoding.resolve_jit_compile`). Other products, dtypes,
-torch, accelerators and CPUs without bfloat16 instructions (where this was
-not measured) are left as they are.
+use the bfloat16 units. TensorFlow's XLA still converts routed dots whose
+operand is transposed to float32: the output projection `h E^T` (searches
+project onto a transposed copy instead,
+`TransformerBackbone.decoding_output_kernel`) and the weight gradients, so a
+bfloat16 training step runs faster without XLA there
+(`generation.decoding.resolve_jit_compile`). Other dtypes, torch,
+accelerators and CPUs without bfloat16 instructions take Keras' products.
 
-The model's layers trace their products this way (`accumulating_in_float32`
-on the blocks' and the output projection's methods), so `fit`, `predict`,
-`generate` and the command line all use it.
+The layers enter `float32_accumulation()` around their calls
+(`accumulating_in_float32`), so `fit`, `predict`, `generate` and the command
+line all use it; `float32_accumulation(False)` turns it off inside.
 
 Example:
 >>> import numpy as np
->>> with float32_accumulation():
-...     y = keras.ops.matmul(np.ones((2, 3), "float32"), np.ones((3, 4), "float32"))
+>>> y = dense(np.ones((2, 3), "float32"), np.ones((3, 4), "float32"), bias=np.ones((4,), "float32"))
 >>> np.asarray(y).tolist()[0]
-[3.0, 3.0, 3.0, 3.0]
+[4.0, 4.0, 4.0, 4.0]
 """
 
 import contextlib
@@ -52,38 +48,47 @@ import re
 from collections.abc import Callable
 
 import keras
+from keras import ops
 
 from keras_transformer.utils import library_internals
 
 # None: no `float32_accumulation` around; False: turned off by an outer one.
-_ACTIVE = contextvars.ContextVar("bfloat16_products_accumulate_in_float32", default=None)
+_FLOAT32_ACCUMULATION = contextvars.ContextVar("float32_accumulation", default=None)
 
 
 @contextlib.contextmanager
 def float32_accumulation(enabled: bool = True):
-    """Within it, products traced for XLA (`jax.jit`, TensorFlow's
-    `jit_compile=True`, Keras' compiled steps) accumulate bfloat16 operands
-    in float32 as the module says. Tracing is
-    what it affects: a function compiled before keeps its products.
-    `float32_accumulation(False)` turns it off for everything inside,
-    the model's layers included (to compare the two)."""
+    """Within it, `dense`, `einsum` and `add_bias` traced for XLA (`jax.jit`,
+    TensorFlow's `jit_compile=True`, Keras' compiled steps) accumulate
+    bfloat16 operands in float32 as the module says. Tracing is what it
+    affects: a function compiled before keeps its products.
+    `float32_accumulation(False)` turns it off for everything inside, the
+    model's layers included (to compare the two)."""
     # Only XLA's CPU backend computes bfloat16 dots in float32; elsewhere nothing changes.
-    enabled = enabled and _ACTIVE.get() is not False and _on_cpu() and cpu_has_bfloat16_instructions()
-    if enabled:
-        _install()
-    token = _ACTIVE.set(enabled)
+    enabled = enabled and _FLOAT32_ACCUMULATION.get() is not False and _on_cpu() and cpu_has_bfloat16_instructions()
+    token = _FLOAT32_ACCUMULATION.set(enabled)
     try:
         yield
     finally:
-        _ACTIVE.reset(token)
+        _FLOAT32_ACCUMULATION.reset(token)
 
 
-def routes_products() -> bool:
-    """Whether products traced here now are routed (inside a
-    `float32_accumulation()` or not, unless one turned it off): on JAX on a
-    CPU with bfloat16 instructions, and on TensorFlow there while XLA compiles."""
-    if _ACTIVE.get() is False or not (_on_cpu() and cpu_has_bfloat16_instructions()):
+def layers_sum_in_float32() -> bool:
+    """Whether the model's layers, traced here now, sum bfloat16 products in
+    float32 (they enter `float32_accumulation()` themselves, unless an outer
+    one turned it off): on JAX on a CPU with bfloat16 instructions, and on
+    TensorFlow there while XLA compiles."""
+    if _FLOAT32_ACCUMULATION.get() is False or not (_on_cpu() and cpu_has_bfloat16_instructions()):
         return False
+    return _traced_for_xla()
+
+
+def _summing_in_float32() -> bool:
+    """Whether `dense`, `einsum` and `add_bias`, called now, take the float32-summed route."""
+    return bool(_FLOAT32_ACCUMULATION.get()) and _traced_for_xla()
+
+
+def _traced_for_xla() -> bool:
     return keras.config.backend() == "jax" or library_internals.tensorflow_compiles_with_xla()
 
 
@@ -98,6 +103,38 @@ def accumulating_in_float32(method: Callable) -> Callable:
     return method_accumulating_in_float32
 
 
+def dense(x, kernel, bias=None):
+    """`x @ kernel (+ bias)`: `x` `(..., k)`, `kernel` `(k, n)`, `bias` `(n,)`."""
+    routed = _summing_in_float32()
+    if routed:
+        x, kernel = ops.convert_to_tensor(x), ops.convert_to_tensor(kernel)
+    if routed and _both_bfloat16(x, kernel) and len(kernel.shape) == 2:
+        product = _tensordot(x, kernel, 1)
+    else:
+        product = ops.matmul(x, kernel)
+    return product if bias is None else add_bias(product, bias)
+
+
+def einsum(subscripts: str, x, kernel):
+    """`ops.einsum(subscripts, x, kernel)` of a layer's input and its kernel;
+    one that contracts `x`'s last axes with `kernel`'s first (`"abc,cde->abde"`)
+    sums in float32 as the module says."""
+    if _summing_in_float32():
+        x, kernel = ops.convert_to_tensor(x), ops.convert_to_tensor(kernel)
+        axes = _contracted_axes(subscripts)
+        if axes and _both_bfloat16(x, kernel):
+            return _tensordot(x, kernel, axes)
+    return ops.einsum(subscripts, x, kernel)
+
+
+def add_bias(x, bias):
+    """`x + bias`, `bias` broadcast over `x`'s leading axes; on JAX, its
+    bfloat16 gradient for `bias` is summed in float32 and rounded once."""
+    if keras.config.backend() == "jax" and _summing_in_float32() and _is_bias(x, bias):
+        return _jax_bias_add_with_gradient()(x, ops.convert_to_tensor(bias))
+    return ops.add(x, bias)
+
+
 @functools.cache
 def cpu_has_bfloat16_instructions() -> bool:
     """Whether the CPU multiplies bfloat16 itself: AVX512_BF16 or AMX (the
@@ -110,50 +147,11 @@ def cpu_has_bfloat16_instructions() -> bool:
     return bool({"avx512_bf16", "amx_bf16"} & set(flags))
 
 
-@functools.cache
-def _install() -> None:
-    """Routes Keras' `matmul` and `einsum` (and on JAX `add`) of the backend
-    through this module, once; outside `float32_accumulation()`, and on
-    TensorFlow outside XLA, they call Keras' own."""
-    module = library_internals.backend_numpy_module()
-    keras_matmul, keras_einsum = module.matmul, module.einsum
+def _tensordot(x1, x2, k: int):
+    """`x1`'s last k axes contracted with `x2`'s first k, summed in float32, rounded to bfloat16 once."""
     if keras.config.backend() == "jax":
-        contract, routing = _jax_tensordot, _ACTIVE.get
-    else:
-        contract = _tensorflow_tensordot
-
-        def routing():
-            return _ACTIVE.get() and library_internals.tensorflow_compiles_with_xla()
-
-    def matmul(x1, x2):
-        if routing():  # Keras' own converts its operands itself
-            x1, x2 = module.convert_to_tensor(x1), module.convert_to_tensor(x2)
-            if _both_bfloat16(x1, x2) and len(x1.shape) >= 2 and len(x2.shape) == 2:
-                return contract(x1, x2, 1)
-        return keras_matmul(x1, x2)
-
-    def einsum(subscripts, *operands, **kwargs):
-        if routing() and len(operands) == 2 and not kwargs:
-            x1, x2 = (module.convert_to_tensor(x) for x in operands)
-            axes = _contracted_axes(subscripts)
-            if axes and _both_bfloat16(x1, x2):
-                return contract(x1, x2, axes)
-        return keras_einsum(subscripts, *operands, **kwargs)
-
-    module.matmul, module.einsum = matmul, einsum
-    if keras.config.backend() != "jax":
-        return
-    keras_add = module.add
-
-    def add(x1, x2):
-        # From JAX's gradient of a broadcast bias add, a bfloat16 sum over
-        # the batch, XLA's CPU backend makes a reduce-window some 40x slower
-        # than a float32 sum (measured at (128, 32, 2048)), and less exact.
-        if routing() and _is_bias(x1, x2):
-            return _jax_bias_add(x1, module.convert_to_tensor(x2))
-        return keras_add(x1, x2)
-
-    module.add = add
+        return _jax_tensordot_primitive().bind(x1, x2, k=k)
+    return _tensorflow_tensordot(x1, x2, k)
 
 
 def _contracted_axes(subscripts: str) -> int:
@@ -281,14 +279,6 @@ def _jax_bias_add_with_gradient():
         return bias_add(x, bias), (x_tangent.astype(jnp.float32) + bias_tangent.astype(jnp.float32)).astype(x.dtype)
 
     return bias_add
-
-
-def _jax_bias_add(x, bias):
-    return _jax_bias_add_with_gradient()(x, bias)
-
-
-def _jax_tensordot(x1, x2, k: int):
-    return _jax_tensordot_primitive().bind(x1, x2, k=k)
 
 
 def _tensorflow_tensordot(x1, x2, k: int):

@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from keras_transformer.layers.bfloat16_products import accumulating_in_float32
+from keras_transformer.layers import products
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -46,7 +46,7 @@ class ScaledSharedEmbedding(keras.layers.ReversibleEmbedding):
         super().__init__(input_dim=input_dim, output_dim=output_dim, **kwargs)
         self.scale = math.sqrt(output_dim)
 
-    @accumulating_in_float32  # the pre-softmax projection (reverse=True)
+    @products.accumulating_in_float32  # the pre-softmax projection (reverse=True)
     def call(self, inputs, reverse: bool = False):
         if reverse and self.reverse_dtype is None and self.logit_soft_cap is None:
             # Keras' embeddings do not autocast their weights, so under a mixed
@@ -54,7 +54,7 @@ class ScaledSharedEmbedding(keras.layers.ReversibleEmbedding):
             # the model's largest product, run in float32. In the compute dtype
             # it reaches the CPU's bfloat16 units, as every other product does.
             kernel = ops.transpose(self.embeddings) if self.tie_weights else self.reverse_embeddings
-            return ops.matmul(ops.cast(inputs, self.compute_dtype), ops.cast(kernel, self.compute_dtype))
+            return products.dense(ops.cast(inputs, self.compute_dtype), ops.cast(kernel, self.compute_dtype))
         return self._scaled(super().call(inputs, reverse=reverse), reverse)
 
     def quantized_call(self, inputs, reverse: bool = False):

@@ -11,7 +11,7 @@ from keras_transformer.layers import (
     ScaledSharedEmbedding,
     SinusoidalPositionEncoding,
 )
-from keras_transformer.layers.bfloat16_products import accumulating_in_float32, routes_products
+from keras_transformer.layers import products
 from keras_transformer.layers.cached_attention import (
     empty_keys_values,
     empty_slot_owners,
@@ -24,7 +24,7 @@ from keras_transformer.training.recipe import TrainingRecipe
 from keras_transformer.utils import special_tokens
 
 
-@accumulating_in_float32
+@products.accumulating_in_float32
 def logits_by_parts(hidden, embeddings, parts: int):
     """`hidden @ embeddings^T` as `parts` products over consecutive slices of
     the vocabulary, joined: the same logits, as independent operations.
@@ -39,7 +39,7 @@ def logits_by_parts(hidden, embeddings, parts: int):
     edges = [vocabulary * i // parts for i in range(parts + 1)]
     embeddings = ops.cast(embeddings, hidden.dtype)
     return ops.concatenate(
-        [ops.matmul(hidden, ops.transpose(embeddings[start:end])) for start, end in zip(edges, edges[1:])], axis=-1
+        [products.dense(hidden, ops.transpose(embeddings[start:end])) for start, end in zip(edges, edges[1:])], axis=-1
     )
 
 
@@ -265,7 +265,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
             logits = self.logits_bias(logits)
         return logits
 
-    @accumulating_in_float32
+    @products.accumulating_in_float32
     def decoding_logits(self, hidden, output_kernel=None):
         """`logits(hidden)` for one decoding step, `hidden` `(rows, 1, d_model)`;
         `output_kernel`: `decoding_output_kernel()`'s, if it made one.
@@ -281,7 +281,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         """
         embedding = self.decoder_token_embedding
         if output_kernel is not None:
-            logits = ops.matmul(hidden, output_kernel)
+            logits = products.dense(hidden, output_kernel)
         else:
             plain = keras.config.backend() == "jax" and self._output_projection_is_plain()
             rows = hidden.shape[0]
@@ -297,13 +297,13 @@ class TransformerBackbone(keras_hub.models.Backbone):
         where TensorFlow's XLA would otherwise compute `h E^T` in float32; else
         None. A search computes it once, outside its loop: XLA's bfloat16
         kernels take the vocabulary as the second operand's last axis
-        (`layers.bfloat16_products`), and each step then reads the kernel
+        (`layers.products`), and each step then reads the kernel
         as bfloat16, half the bytes of the float32 variable it casts."""
         routed = (
             keras.config.backend() == "tensorflow"
             and self.compute_dtype == "bfloat16"
             and self._output_projection_is_plain()
-            and routes_products()
+            and products.layers_sum_in_float32()
         )
         return ops.transpose(ops.cast(self.decoder_token_embedding.embeddings, "bfloat16")) if routed else None
 

@@ -49,8 +49,9 @@ class NotOnHubError(FileNotFoundError):
 def register_builtin_presets(root: str | os.PathLike = PRESETS_DIR) -> dict:
     """Registers the named presets and the saved presets in `root`'s folders.
 
-    `keras_transformer` calls it on import for the presets it ships; call it
-    with another folder to register presets kept elsewhere, by folder name.
+    This module calls it on import for the presets the package ships (as
+    KerasHub's own models register theirs); call it with another folder to
+    register presets kept elsewhere, by folder name.
 
     Returns:
         The registered presets, by name.
@@ -210,3 +211,6 @@ def _unreachable_hub_error(handle: str, name: str) -> HubUnreachableError:
         "and load offline. Or load a local folder, written by transformers' save_pretrained (model "
         "and tokenizer) or by Transformer.save_to_preset: Transformer.from_preset('path/to/folder')."
     )
+
+
+register_builtin_presets()

@@ -202,21 +202,31 @@ class _TransformersPresetLoader(_KERAS_HUB_TRANSFORMERS_LOADER):
         return loader_cls(preset, config)
 
 
+# The one attribute of another library this package rebinds (see
+# `register_transformers_loader`): KerasHub's module and the name in it.
+TRANSFORMERS_LOADER_HOOK = (_transformers_preset_loader.__name__, "TransformersPresetLoader")
+
+
 def register_transformers_loader(model_type: str, loader_cls: type[PresetLoader]) -> None:
     """Makes KerasHub load `transformers` checkpoints of `model_type` with `loader_cls`.
 
     KerasHub's `from_preset` (of `Backbone`, `Seq2SeqLM`, `Tokenizer`, ...)
     asks `get_preset_loader` for a loader; for a `config.json` with a
     `model_type` that is `TransformersPresetLoader(preset, config)`, looked
-    up in its module at each call. Put there, a subclass that hands the
-    registered model types to their loaders keeps every KerasHub converter
-    and adds this package's; the converter is chosen by the checkpoint's
-    model type, whichever class `from_preset` is called on.
+    up in its module at each call, which picks a converter from a fixed list:
+    KerasHub has no registry of loaders or converters. So this is the one
+    place the package rebinds another library's attribute
+    (`TRANSFORMERS_LOADER_HOOK`, and only while registering): a subclass put
+    there hands the registered model types to their loaders and keeps every
+    KerasHub converter; the converter is chosen by the checkpoint's model
+    type, whichever class `from_preset` is called on. Idempotent: the
+    subclass is put there once, whatever the number of registrations.
     """
     if not issubclass(loader_cls, PresetLoader):
         raise TypeError(f"loader_cls must be a KerasHub PresetLoader subclass; got {loader_cls!r}.")
     TRANSFORMERS_LOADERS[model_type] = loader_cls
-    _transformers_preset_loader.TransformersPresetLoader = _TransformersPresetLoader
+    if _transformers_preset_loader.TransformersPresetLoader is not _TransformersPresetLoader:
+        _transformers_preset_loader.TransformersPresetLoader = _TransformersPresetLoader
 
 
 def preset_config(preset: str) -> dict:
@@ -228,19 +238,6 @@ def preset_config(preset: str) -> dict:
         ValueError: the handle is malformed, or the file is not JSON.
     """
     return _preset_utils.load_json(preset, CONFIG_FILE)
-
-
-def backend_numpy_module():
-    """Keras' implementation of `keras.ops`' numpy functions for the backend
-    (`keras.src.backend.jax.numpy`, `keras.src.backend.tensorflow.numpy`):
-    `ops.matmul` and `ops.einsum` look up its `matmul` and `einsum` at each
-    call, so `layers.bfloat16_products` can route them (Keras has no hook
-    for the element type a product sums in)."""
-    if keras.config.backend() == "jax":
-        from keras.src.backend.jax import numpy as module
-    else:
-        from keras.src.backend.tensorflow import numpy as module
-    return module
 
 
 def tensorflow_compiles_with_xla() -> bool:
