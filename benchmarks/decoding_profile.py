@@ -54,12 +54,11 @@ def removals() -> dict:
     """Name -> context manager factory that takes that part out of every step."""
     from keras import ops
 
-    from keras_transformer.layers import cached_attention, decoder_block
+    from keras_transformer.layers import decoder_block
     from keras_transformer.models.transformer_backbone import TransformerBackbone
 
     def projections_only(attention, query_input, keys, values, mask, beams, update_index=None):
-        projections = cached_attention.library_internals.attention_projections(attention)
-        return projections["output"](projections["query"](query_input)), keys, values
+        return attention.output_projection(attention.query_projection(query_input)), keys, values
 
     def no_output_projection(self, hidden):
         return ops.pad(hidden[..., :1], [(0, 0), (0, 0), (0, self.vocabulary_size - 1)])

@@ -32,28 +32,51 @@ def test_causal_mask_lets_a_position_see_itself_and_the_past():
     np.testing.assert_array_equal(ops.convert_to_numpy(causal_mask(3))[0], np.tril(np.ones((3, 3), bool)))
 
 
+def _copy_into_keras_hubs(ours, theirs):
+    """Gives KerasHub's block (Keras' attention) the weights of ours, sublayer by sublayer."""
+    pairs = [("self_attention", "_self_attention_layer"), ("cross_attention", "_cross_attention_layer")]
+    for mine, keras_hubs in pairs:
+        if getattr(ours, mine, None) is None:
+            continue
+        attention, reference = getattr(ours, mine), getattr(theirs, keras_hubs)
+        for projection, dense in (
+            (attention.query_projection, reference.query_dense),
+            (attention.key_projection, reference.key_dense),
+            (attention.value_projection, reference.value_dense),
+            (attention.output_projection, reference.output_dense),
+        ):
+            dense.set_weights(projection.get_weights())
+        getattr(theirs, f"{keras_hubs}_norm").set_weights(getattr(ours, f"{mine}_norm").get_weights())
+    theirs._feedforward_intermediate_dense.set_weights(ours.feed_forward.inner.get_weights())
+    theirs._feedforward_output_dense.set_weights(ours.feed_forward.outer.get_weights())
+    theirs._feedforward_layer_norm.set_weights(ours.feed_forward_norm.get_weights())
+
+
 @pytest.mark.parametrize("normalize_first", [False, True], ids=["post-ln", "pre-ln"])
 @pytest.mark.parametrize("block_cls", [EncoderBlock, DecoderBlock])
 def test_blocks_compute_what_keras_hubs_blocks_compute(block_cls, normalize_first):
-    """The blocks' `call` (the package's attention function) against
-    KerasHub's own `call` on the same sublayers and weights (Keras'
-    attention), padding included."""
+    """The blocks (the package's attention function) against KerasHub's
+    blocks (Keras' attention) with the same weights, padding included."""
     keras.utils.set_random_seed(1)
     block = block_cls(intermediate_dim=32, num_heads=4, dropout=0.0, normalize_first=normalize_first)
     rng = np.random.default_rng(0)
-    # Tensors: KerasHub's `call` adds its input to a backend tensor.
-    x = ops.convert_to_tensor(rng.normal(size=(2, 6, 16)).astype("float32"))
-    memory = ops.convert_to_tensor(rng.normal(size=(2, 5, 16)).astype("float32"))
+    x = rng.normal(size=(2, 6, 16)).astype("float32")
+    memory = rng.normal(size=(2, 5, 16)).astype("float32")
     x_mask = np.array([[1] * 6, [1] * 4 + [0] * 2], "int32")
     memory_mask = np.array([[1] * 5, [1] * 3 + [0] * 2], "int32")
+    arguments = dict(intermediate_dim=32, num_heads=4, dropout=0.0, normalize_first=normalize_first)
     if block_cls is EncoderBlock:
         ours = block(x, padding_mask=x_mask)
-        theirs = keras_hub.layers.TransformerEncoder.call(block, x, padding_mask=x_mask)
+        reference = keras_hub.layers.TransformerEncoder(**arguments, layer_norm_epsilon=1e-6)
+        reference.build(x.shape)
+        _copy_into_keras_hubs(block, reference)
+        theirs = reference(x, padding_mask=x_mask)
     else:
         ours = block(x, memory, decoder_padding_mask=x_mask, encoder_padding_mask=memory_mask)
-        theirs = keras_hub.layers.TransformerDecoder.call(
-            block, x, memory, decoder_padding_mask=x_mask, encoder_padding_mask=memory_mask
-        )
+        reference = keras_hub.layers.TransformerDecoder(**arguments, layer_norm_epsilon=1e-6)
+        reference.build(x.shape, memory.shape)
+        _copy_into_keras_hubs(block, reference)
+        theirs = reference(x, memory, decoder_padding_mask=x_mask, encoder_padding_mask=memory_mask)
     np.testing.assert_allclose(ops.convert_to_numpy(ours), ops.convert_to_numpy(theirs), atol=1e-5)
 
 

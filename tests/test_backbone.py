@@ -132,8 +132,7 @@ def test_backbone_config_round_trip():
     restored = kt.TransformerBackbone.from_config(backbone.get_config())
     assert restored.get_config() == backbone.get_config()
     assert restored.count_params() == backbone.count_params()
-    attention = restored.decoder_blocks[0]._cross_attention_layer
-    assert attention._dropout_layer.rate == 0.1
+    assert restored.decoder_blocks[0].cross_attention.weights_dropout.rate == 0.1
 
 
 def test_configs_saved_before_attention_dropout_load_without_it():

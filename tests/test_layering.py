@@ -22,9 +22,9 @@ LAYERS = [
         "generation.sentences",
         "generation.settings",
         "training.evaluation",
-        "training.recipe",
     ],
     ["layers", "layers.*"],
+    ["training.recipe"],  # its dropout is the layers' default
     ["generation.search"],
     ["models", "models.transformer_backbone"],
     ["models.transformer_tokenizer", "models.transformer_preprocessor", "presets", "presets.catalog"],

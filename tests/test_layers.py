@@ -13,7 +13,7 @@ from keras_transformer.layers import (
     ScaledSharedEmbedding,
     SinusoidalPositionEncoding,
 )
-from keras_transformer.utils import library_internals
+from keras_transformer.layers.multi_head_attention import MultiHeadAttention
 
 
 def test_position_encoding_is_the_formula_of_section_3_5():
@@ -140,10 +140,12 @@ def test_every_attention_projection_is_its_own_glorot_matrix():
         intermediate_dim=32,
     )
     kernels = {}
-    for block in backbone.encoder_blocks + backbone.decoder_blocks:
-        for attention in block.attention_layers():
-            for name, kernel in library_internals.projection_kernels(attention).items():
-                kernels[f"{attention.path}/{name}"] = ops.convert_to_numpy(kernel).reshape(64, 64)
+    attentions = [block.self_attention for block in backbone.encoder_blocks + backbone.decoder_blocks]
+    attentions += [block.cross_attention for block in backbone.decoder_blocks]
+    for attention in attentions:
+        for name in ("query_projection", "key_projection", "value_projection", "output_projection"):
+            kernel = getattr(attention, name).kernel
+            kernels[f"{attention.path}/{name}"] = ops.convert_to_numpy(kernel).reshape(64, 64)
     assert len(kernels) == 4 * (2 + 2 * 2)
     for path, kernel in kernels.items():
         np.testing.assert_allclose(kernel.std(), np.sqrt(2 / 128), rtol=0.05, err_msg=path)
@@ -153,18 +155,43 @@ def test_every_attention_projection_is_its_own_glorot_matrix():
     assert np.abs(correlation).max() < 0.1, "two attention projections start (nearly) equal"
 
 
+SUBLAYERS = {
+    EncoderBlock: ("self_attention", "feed_forward"),
+    DecoderBlock: ("self_attention", "cross_attention", "feed_forward"),
+}
+
+
 @pytest.mark.parametrize("block_cls", [EncoderBlock, DecoderBlock])
-def test_attention_layers_are_made_with_the_attention_dropout(block_cls):
-    # The softmax weights get the attention dropout; the residual dropouts keep P_drop.
+def test_blocks_are_this_packages_layers_with_named_sublayers(block_cls):
+    import keras_hub
+
     block = block_cls(intermediate_dim=16, num_heads=2, dropout=0.3, attention_dropout=0.0)
     block(*[np.zeros((1, 3, 8), "float32")] * (2 if block_cls is DecoderBlock else 1))
-    assert [attention.dropout for attention in block.attention_layers()] == [0.0] * len(block.attention_layers())
-    names = (
-        library_internals.ENCODER_RESIDUAL_DROPOUTS
-        if block_cls is EncoderBlock
-        else library_internals.DECODER_RESIDUAL_DROPOUTS
-    )
-    assert [getattr(block, name).rate for name in names] == [0.3] * len(names)
+    assert not isinstance(block, (keras_hub.layers.TransformerEncoder, keras_hub.layers.TransformerDecoder))
+    assert isinstance(block, keras.layers.Layer)
+    for name in SUBLAYERS[block_cls]:
+        assert isinstance(getattr(block, f"{name}_norm"), keras.layers.LayerNormalization)
+        # The softmax weights get the attention dropout; the residual dropouts keep P_drop.
+        assert getattr(block, f"{name}_dropout").rate == 0.3
+    for name in SUBLAYERS[block_cls][:-1]:
+        assert isinstance(getattr(block, name), MultiHeadAttention)
+        assert getattr(block, name).weights_dropout.rate == 0.0
+    assert [tuple(v.shape) for v in block.feed_forward.weights] == [(8, 16), (16,), (16, 8), (8,)]
+    # Every weight belongs to a named sublayer.
+    named = {
+        id(v)
+        for name in SUBLAYERS[block_cls] + tuple(f"{n}_norm" for n in SUBLAYERS[block_cls])
+        for v in getattr(block, name).weights
+    }
+    assert named == {id(v) for v in block.weights}
+
+
+def test_a_decoder_block_without_encoder_has_no_cross_attention():
+    block = DecoderBlock(intermediate_dim=16, num_heads=2)
+    block(np.zeros((1, 3, 8), "float32"))
+    assert block.cross_attention is None and block.cross_attention_norm is None
+    with pytest.raises(ValueError, match="built without"):
+        block(np.zeros((1, 3, 8), "float32"), np.zeros((1, 2, 8), "float32"))
 
 
 @pytest.mark.parametrize("block_cls", [EncoderBlock, DecoderBlock])

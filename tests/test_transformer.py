@@ -10,7 +10,6 @@ from keras import ops
 import keras_transformer as kt
 from helpers import PAIRS, TINY_CONFIG, make_model, random_algorithms
 from keras_transformer.generation.settings import SearchSettings
-from keras_transformer.utils import library_internals
 
 
 def test_compile_defaults_are_the_paper_recipe(tiny_model):
@@ -179,8 +178,7 @@ def test_quantize_int8_quantizes_the_backbone_and_recompiles_the_search(trained_
     float_logits = logits_of(model)
     ids = np.arange(8)[None, :]
     float_embedded = ops.convert_to_numpy(model.backbone.token_embedding(ids))
-    ffn_inner = library_internals.block_sublayers(model.backbone.decoder_blocks[0])["ffn_inner"]
-    float_kernel = weakref.ref(ffn_inner.kernel)
+    float_kernel = weakref.ref(model.backbone.decoder_blocks[0].feed_forward.inner.kernel)
     model.quantize("int8")  # keras.Model.quantize would refuse the tokenizer
     assert any(w.dtype == "int8" for w in model.backbone.weights)
     # The replaced float weights are freed, and the collector is as it was.

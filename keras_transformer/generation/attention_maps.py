@@ -126,7 +126,7 @@ def _text(strings) -> str:
 
 def _encoder_attention(backbone, token_ids, padding_mask):
     """Each encoder layer's self-attention weights, and the encoder's output."""
-    x = backbone.embed(token_ids, backbone.encoder_embedding_dropout)
+    x = backbone.embed_source(token_ids)
     maps = []
     for block in backbone.encoder_blocks:
         x, scores = block(x, padding_mask=padding_mask, return_attention_scores=True)
@@ -138,7 +138,7 @@ def _encoder_attention(backbone, token_ids, padding_mask):
 
 def _cross_attention(backbone, decoder_ids, encoder_output, source_mask):
     """Each decoder layer's encoder-decoder attention weights."""
-    x = backbone.embed(decoder_ids, backbone.decoder_embedding_dropout)
+    x = backbone.embed_target(decoder_ids)
     maps = []
     for block in backbone.decoder_blocks:
         x, scores = block(x, encoder_output, encoder_padding_mask=source_mask, return_cross_attention_scores=True)

@@ -2,12 +2,12 @@
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V        (equation 1)
 
-`scaled_dot_product_attention` is equation 1 with its masking;
-`multi_head_attention` is section 3.2.2 around it, with the W^Q, W^K, W^V
-and W^O of a Keras `MultiHeadAttention` layer. Training and encoding (the
-blocks' `call`), cached decoding (`cached_attention.attend_cached`) and the
-attention pictures (`generation.attention_maps`, which asks the blocks for
-their weights) all go through `scaled_dot_product_attention`.
+`scaled_dot_product_attention` is equation 1 with its masking; the layer
+`multi_head_attention.MultiHeadAttention` is section 3.2.2 around it.
+Training and encoding (the blocks' `call`), cached decoding
+(`cached_attention.attend_cached`) and the attention pictures
+(`generation.attention_maps`, which asks the blocks for their weights) all
+go through `scaled_dot_product_attention`.
 
 Tensors are laid out heads first, `(batch, heads, length, d_k)`, and the
 keys come already transposed, `(batch, heads, d_k, length)`: the decoding
@@ -31,8 +31,6 @@ Example:
 import math
 
 from keras import ops
-
-from keras_transformer.utils import library_internals
 
 # What a masked score becomes before the softmax: exp(-1e9 - max) is 0 in float32.
 MASKED_SCORE = -1e9
@@ -88,32 +86,3 @@ def heads_first(x):
 def keys_transposed(x):
     """`(batch, length, heads, head_dim)` -> K^T `(batch, heads, head_dim, length)`."""
     return ops.transpose(x, (0, 2, 3, 1))
-
-
-def multi_head_attention(attention, query_input, memory, mask=None, training=None) -> tuple:
-    """`MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O`, `head_i =
-    Attention(Q W_i^Q, K W_i^K, V W_i^V)` (section 3.2.2), with the
-    projections and attention dropout of a built Keras `MultiHeadAttention`.
-
-    Args:
-        attention: the `MultiHeadAttention` layer (its weights; its own
-            `call` is not used).
-        query_input: `(batch, queries, d_model)`.
-        memory: `(batch, keys, d_model)`, what keys and values are made of:
-            `query_input` itself for self-attention, the encoder output for
-            the encoder-decoder attention.
-        mask: broadcastable to `(batch, queries, keys)`, or `None`.
-
-    Returns:
-        `(output (batch, queries, d_model), weights (batch, heads, queries, keys))`.
-    """
-    projections = library_internals.attention_projections(attention)
-    mixed, weights = scaled_dot_product_attention(
-        heads_first(projections["query"](query_input)),
-        keys_transposed(projections["key"](memory)),
-        heads_first(projections["value"](memory)),
-        mask=None if mask is None else ops.expand_dims(mask, 1),  # the same for every head
-        weights_dropout=library_internals.attention_weights_dropout(attention),
-        training=training,
-    )
-    return projections["output"](heads_first(mixed)), weights

@@ -23,7 +23,6 @@ attention itself does (`python -m benchmarks.decoding_steps` measures it).
 from keras import ops
 
 from keras_transformer.layers.attention import heads_first, keys_transposed, scaled_dot_product_attention
-from keras_transformer.utils import library_internals
 from keras_transformer.utils.slice_update import slice_update
 
 
@@ -31,8 +30,7 @@ def cache_keys_values(attention, sequence) -> tuple:
     """`(sequence W^K, sequence W^V)`, keys `(batch, heads, head_dim, length)`
     and values `(batch, heads, length, head_dim)`: the cross-attention cache
     of an encoder output, computed once per sentence."""
-    projections = library_internals.attention_projections(attention)
-    return keys_transposed(projections["key"](sequence)), heads_first(projections["value"](sequence))
+    return keys_transposed(attention.key_projection(sequence)), heads_first(attention.value_projection(sequence))
 
 
 def empty_keys_values(sentences: int, length: int, num_heads: int, head_dim: int, dtype) -> tuple:
@@ -100,7 +98,7 @@ def attend_cached(attention, query_input, keys, values, mask, beams, update_inde
     own copy.
 
     Args:
-        attention: a built Keras `MultiHeadAttention` (its projections).
+        attention: a built `MultiHeadAttention` (its projections).
         mask: boolean, broadcastable to `(sentences, heads, beams, slots)`:
             which cached slots each query may attend to.
         update_index: self-attention: the position of `query_input`; each
@@ -111,14 +109,13 @@ def attend_cached(attention, query_input, keys, values, mask, beams, update_inde
     Returns:
         `(output (rows, 1, d_model), keys, values)`.
     """
-    projections = library_internals.attention_projections(attention)
     rows_shape = ops.shape(query_input)
     # (sentences * beams, 1, d) -> (sentences, beams, d): beams as query positions.
     query_input = ops.reshape(query_input, (ops.shape(keys)[0], beams, rows_shape[-1]))
     if update_index is not None:
         slot = update_index * beams
-        keys = slice_update(keys, (0, 0, 0, slot), keys_transposed(projections["key"](query_input)))
-        values = slice_update(values, (0, 0, slot, 0), heads_first(projections["value"](query_input)))
-    mixed, _ = scaled_dot_product_attention(heads_first(projections["query"](query_input)), keys, values, mask)
-    output = projections["output"](heads_first(mixed))
+        keys = slice_update(keys, (0, 0, 0, slot), keys_transposed(attention.key_projection(query_input)))
+        values = slice_update(values, (0, 0, slot, 0), heads_first(attention.value_projection(query_input)))
+    mixed, _ = scaled_dot_product_attention(heads_first(attention.query_projection(query_input)), keys, values, mask)
+    output = attention.output_projection(heads_first(mixed))
     return ops.reshape(output, rows_shape), keys, values

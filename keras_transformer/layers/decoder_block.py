@@ -1,20 +1,18 @@
 """One decoder layer (section 3.1)."""
 
 import keras
-import keras_hub
 from keras import ops
 
-from keras_transformer.layers.attention import causal_mask, key_padding_mask, multi_head_attention
-from keras_transformer.layers.attention_dropout import attention_dropout_while_building
-from keras_transformer.layers.products import accumulating_in_float32
+from keras_transformer.layers.attention import causal_mask, key_padding_mask
 from keras_transformer.layers.cached_attention import attend_cached, cache_keys_values
-from keras_transformer.layers.residual import residual_sublayer
-from keras_transformer.training.recipe import TrainingRecipe
-from keras_transformer.utils import library_internals
+from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.multi_head_attention import MultiHeadAttention
+from keras_transformer.layers.residual import RESIDUAL_DROPOUT, layer_norm, residual_sublayer
+from keras_transformer.layers.threefry_dropout import ThreefryDropout
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class DecoderBlock(keras_hub.layers.TransformerDecoder):
+class DecoderBlock(keras.layers.Layer):
     """One of the N identical decoder layers of section 3.1.
 
     Three sublayers:
@@ -23,21 +21,21 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
         x = LayerNorm(x + Dropout(Attention(q=x, k=v=encoder_out)))  # 3.2.3
         x = LayerNorm(x + Dropout(FFN(x)))
 
-    The self-attention is masked so that position i attends only to positions
-    <= i (section 3.1: "ensures that the predictions for position i can depend
-    only on the known outputs at positions less than i"); the encoder-decoder
-    attention masks padded source positions.
+    in the attributes `self_attention`, `cross_attention`, `feed_forward`,
+    their `..._dropout` and their `..._norm` (made when the block is built;
+    a block built without an encoder sequence has no `cross_attention`,
+    `cross_attention_dropout` and `cross_attention_norm`: they are None).
+    The self-attention is masked so that position i attends only to
+    positions <= i (section 3.1: "ensures that the predictions for position
+    i can depend only on the known outputs at positions less than i"); the
+    encoder-decoder attention masks padded source positions.
 
-    For incremental decoding, `decode_step` takes the keys and values of the
-    positions already decoded (updated in place) and those of the encoder
-    output (`cross_attention_cache`, computed once per sentence): each step
-    then costs one new position instead of the whole prefix.
-
-    KerasHub's `TransformerDecoder` makes the sublayers and their weights;
-    `call` (training, teacher forcing) and `decode_step` (one position,
-    cached keys and values) compute the equations above with them through
-    the same `_sublayers`, and both compute attention with this package's
-    one `layers.attention.scaled_dot_product_attention`.
+    `call` (training, teacher forcing) runs every position at once.
+    `decode_step` runs one position with the same sublayers, taking the keys
+    and values of the positions already decoded (updated in place) and those
+    of the encoder output (`cross_attention_cache`, computed once per
+    sentence): each step then costs one new position instead of the whole
+    prefix. Both compute attention with `layers.attention`'s equation 1.
     `normalize_first=True` gives Pre-LN; `attention_dropout` (no dropout on
     attention weights in section 5.4) is 0 unless asked for; `activation` is
     the FFN's (ReLU in the paper).
@@ -55,40 +53,49 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
         self,
         intermediate_dim: int,
         num_heads: int,
-        dropout: float = TrainingRecipe.dropout,
+        dropout: float = RESIDUAL_DROPOUT,
         attention_dropout: float = 0.0,
         activation="relu",
         normalize_first: bool = False,
         layer_norm_epsilon: float = 1e-6,
         **kwargs,
     ):
-        # KerasHub builds the layer inside its constructor when the config
-        # holds the build shapes (`from_config` of a built block), which
-        # would be before `attention_dropout` exists; build afterwards.
-        decoder_sequence_shape = kwargs.pop("decoder_sequence_shape", None)
-        encoder_sequence_shape = kwargs.pop("encoder_sequence_shape", None)
-        super().__init__(
-            intermediate_dim=intermediate_dim,
-            num_heads=num_heads,
-            dropout=dropout,
-            activation=activation,
-            normalize_first=normalize_first,
-            layer_norm_epsilon=layer_norm_epsilon,
-            **kwargs,
-        )
+        super().__init__(**kwargs)
+        self.intermediate_dim = intermediate_dim
+        self.num_heads = num_heads
+        self.dropout = dropout
         self.attention_dropout = attention_dropout
-        if decoder_sequence_shape:
-            self.build(decoder_sequence_shape, encoder_sequence_shape)
+        self.activation = keras.activations.get(activation)
+        self.normalize_first = normalize_first
+        self.layer_norm_epsilon = layer_norm_epsilon
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
-        with attention_dropout_while_building(self, library_internals.DECODER_RESIDUAL_DROPOUTS):
-            super().build(decoder_sequence_shape, encoder_sequence_shape)
+        def attention(name, memory_shape):
+            layer = MultiHeadAttention(
+                self.num_heads, dropout=self.attention_dropout, dtype=self.dtype_policy, name=name
+            )
+            layer.build(decoder_sequence_shape, memory_shape)
+            return layer
 
-    def attention_layers(self) -> list:
-        """Self-attention, then cross-attention if built with an encoder."""
-        return library_internals.attention_layers(self, library_internals.DECODER_ATTENTION_LAYERS)
+        def dropout(name):
+            return ThreefryDropout(self.dropout, dtype=self.dtype_policy, name=name)
 
-    @accumulating_in_float32
+        self.self_attention = attention("self_attention", decoder_sequence_shape)
+        self.self_attention_dropout = dropout("self_attention_dropout")
+        self.self_attention_norm = layer_norm(self, decoder_sequence_shape, "self_attention_norm")
+        self.cross_attention = self.cross_attention_dropout = self.cross_attention_norm = None
+        if encoder_sequence_shape is not None:
+            self.cross_attention = attention("cross_attention", encoder_sequence_shape)
+            self.cross_attention_dropout = dropout("cross_attention_dropout")
+            self.cross_attention_norm = layer_norm(self, decoder_sequence_shape, "cross_attention_norm")
+        self.feed_forward = FeedForward(
+            self.intermediate_dim, self.activation, dtype=self.dtype_policy, name="feed_forward"
+        )
+        self.feed_forward.build(decoder_sequence_shape)
+        self.feed_forward_dropout = dropout("feed_forward_dropout")
+        self.feed_forward_norm = layer_norm(self, decoder_sequence_shape, "feed_forward_norm")
+        self.built = True
+
     def call(
         self,
         decoder_sequence,
@@ -107,9 +114,8 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
             return_cross_attention_scores: also return the encoder-decoder
                 attention weights `(batch, heads, length, source_length)`.
         """
-        layers = library_internals.block_sublayers(self)
-        if (encoder_sequence is None) != ("cross_attention" not in layers):
-            built = "with" if "cross_attention" in layers else "without"
+        if (encoder_sequence is None) != (self.cross_attention is None):
+            built = "without" if self.cross_attention is None else "with"
             raise ValueError(
                 f"This DecoderBlock was built {built} an encoder-decoder attention; call it "
                 f"{built} `encoder_sequence`, as when it was first called."
@@ -121,23 +127,21 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
         cross_weights = []
 
         def self_attention(h):
-            return multi_head_attention(layers["self_attention"], h, h, self_mask, training)[0]
+            return self.self_attention(h, h, self_mask, training=training)[0]
 
         def cross_attention(h):
-            output, weights = multi_head_attention(layers["cross_attention"], h, encoder_sequence, cross_mask, training)
+            output, weights = self.cross_attention(h, encoder_sequence, cross_mask, training=training)
             cross_weights.append(weights)
             return output
 
-        x = self._sublayers(decoder_sequence, self_attention, cross_attention, layers, training)
+        x = self._sublayers(decoder_sequence, self_attention, cross_attention, training)
         return (x, cross_weights[0]) if return_cross_attention_scores else x
 
-    @accumulating_in_float32
     def cross_attention_cache(self, encoder_output) -> tuple:
         """Keys and values of the encoder output for the cross-attention,
         laid out as `cached_attention.cache_keys_values` returns them."""
-        return cache_keys_values(self.attention_layers()[1], encoder_output)
+        return cache_keys_values(self.cross_attention, encoder_output)
 
-    @accumulating_in_float32
     def decode_step(
         self, x, index, self_attention_cache: tuple, cross_attention_cache: tuple, encoder_padding_mask, visible_slots
     ):
@@ -147,8 +151,7 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
         self-attention reads the keys and values of the decoded positions
         from `self_attention_cache` (writing this position's first) and the
         cross-attention reads `cross_attention_cache`; see
-        `keras_transformer.layers.cached_attention` for the layout and for
-        why these are not KerasHub's cached attention.
+        `keras_transformer.layers.cached_attention` for the layout.
 
         Args:
             visible_slots: which slots of `self_attention_cache` each row
@@ -157,50 +160,52 @@ class DecoderBlock(keras_hub.layers.TransformerDecoder):
         Returns:
             `(output (rows, 1, d_model), self_attention_cache)`.
         """
-        layers = library_internals.block_sublayers(self)
         keys, values = self_attention_cache
         beams = ops.shape(visible_slots)[2]
 
         def self_attention(h):
             nonlocal keys, values
-            out, keys, values = attend_cached(
-                layers["self_attention"], h, keys, values, visible_slots, beams, update_index=index
-            )
+            out, keys, values = attend_cached(self.self_attention, h, keys, values, visible_slots, beams, index)
             return out
 
         source_visible = ops.cast(encoder_padding_mask, "bool")[:, None, None, :]
 
         def cross_attention(h):
-            return attend_cached(layers["cross_attention"], h, *cross_attention_cache, source_visible, beams)[0]
+            return attend_cached(self.cross_attention, h, *cross_attention_cache, source_visible, beams)[0]
 
-        x = self._sublayers(x, self_attention, cross_attention, layers)
+        x = self._sublayers(x, self_attention, cross_attention)
         return x, (keys, values)
 
-    def _sublayers(self, x, self_attention, cross_attention, layers: dict, training=None):
+    def _sublayers(self, x, self_attention, cross_attention, training=None):
         """Section 3.1's three sublayers, given how to attend; their residual
         dropouts apply only when `training`."""
-
-        def dropped(sublayer, dropout: str):
-            if not training:
-                return sublayer
-            return lambda h: layers[dropout](sublayer(h), training=training)
-
-        def feed_forward(h):
-            return layers["ffn_outer"](layers["ffn_inner"](h))
-
         x = residual_sublayer(
-            x, dropped(self_attention, "self_attention_dropout"), layers["self_attention_norm"], self.normalize_first
+            x, self_attention, self.self_attention_dropout, self.self_attention_norm, self.normalize_first, training
         )
-        if "cross_attention" in layers:
+        if self.cross_attention is not None:
             x = residual_sublayer(
                 x,
-                dropped(cross_attention, "cross_attention_dropout"),
-                layers["cross_attention_norm"],
+                cross_attention,
+                self.cross_attention_dropout,
+                self.cross_attention_norm,
                 self.normalize_first,
+                training,
             )
-        return residual_sublayer(x, dropped(feed_forward, "ffn_dropout"), layers["ffn_norm"], self.normalize_first)
+        return residual_sublayer(
+            x, self.feed_forward, self.feed_forward_dropout, self.feed_forward_norm, self.normalize_first, training
+        )
 
     def get_config(self):
         config = super().get_config()
-        config["attention_dropout"] = self.attention_dropout
+        config.update(
+            {
+                "intermediate_dim": self.intermediate_dim,
+                "num_heads": self.num_heads,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "activation": keras.activations.serialize(self.activation),
+                "normalize_first": self.normalize_first,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
         return config

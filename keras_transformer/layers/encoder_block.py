@@ -1,18 +1,16 @@
 """One encoder layer (section 3.1)."""
 
 import keras
-import keras_hub
 
-from keras_transformer.layers.attention import key_padding_mask, multi_head_attention
-from keras_transformer.layers.attention_dropout import attention_dropout_while_building
-from keras_transformer.layers.products import accumulating_in_float32
-from keras_transformer.layers.residual import residual_sublayer
-from keras_transformer.training.recipe import TrainingRecipe
-from keras_transformer.utils import library_internals
+from keras_transformer.layers.attention import key_padding_mask
+from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.multi_head_attention import MultiHeadAttention
+from keras_transformer.layers.residual import RESIDUAL_DROPOUT, layer_norm, residual_sublayer
+from keras_transformer.layers.threefry_dropout import ThreefryDropout
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class EncoderBlock(keras_hub.layers.TransformerEncoder):
+class EncoderBlock(keras.layers.Layer):
     """One of the N identical encoder layers of section 3.1.
 
     Two sublayers, each wrapped as in section 3.1 and regularised as in 5.4:
@@ -21,19 +19,17 @@ class EncoderBlock(keras_hub.layers.TransformerEncoder):
         x = LayerNorm(x + Dropout(FFN(x)))                       # 3.3
         FFN(x) = max(0, x W1 + b1) W2 + b2
 
-    This is the Post-LN arrangement of the paper. `normalize_first=True` gives
-    the Pre-LN variant, `x + Dropout(Sublayer(LayerNorm(x)))`, which trains
-    more stably for deep stacks (the backbone then adds a final LayerNorm).
+    in the attributes `self_attention`, `self_attention_dropout`,
+    `self_attention_norm`, `feed_forward`, `feed_forward_dropout` and
+    `feed_forward_norm` (made when the block is built, d_model being the
+    input's last axis). This is the Post-LN arrangement of the paper;
+    `normalize_first=True` gives the Pre-LN variant, `x +
+    Dropout(Sublayer(LayerNorm(x)))`, which trains more stably for deep
+    stacks (the backbone then adds a final LayerNorm).
 
-    KerasHub's `TransformerEncoder` makes the sublayers and their weights
-    (Glorot-uniform W^Q, W^K, W^V, W^O drawn independently with fans taken
-    from the d_model x d_model matrices); `call` computes the equations
-    above with them, the attention through this package's one
-    `layers.attention.multi_head_attention` (as cached decoding does).
     `intermediate_dim` is d_ff, `num_heads` is h, `dropout` is P_drop,
     `activation` is the FFN's (ReLU in the paper). Section 5.4 puts no
-    dropout on the attention weights, so `attention_dropout` (KerasHub would
-    use `dropout`) defaults to 0.
+    dropout on the attention weights, so `attention_dropout` defaults to 0.
 
     Example:
     >>> import numpy as np
@@ -47,29 +43,39 @@ class EncoderBlock(keras_hub.layers.TransformerEncoder):
         self,
         intermediate_dim: int,
         num_heads: int,
-        dropout: float = TrainingRecipe.dropout,
+        dropout: float = RESIDUAL_DROPOUT,
         attention_dropout: float = 0.0,
         activation="relu",
         normalize_first: bool = False,
         layer_norm_epsilon: float = 1e-6,
         **kwargs,
     ):
-        super().__init__(
-            intermediate_dim=intermediate_dim,
-            num_heads=num_heads,
-            dropout=dropout,
-            activation=activation,
-            normalize_first=normalize_first,
-            layer_norm_epsilon=layer_norm_epsilon,
-            **kwargs,
-        )
+        super().__init__(**kwargs)
+        self.intermediate_dim = intermediate_dim
+        self.num_heads = num_heads
+        self.dropout = dropout
         self.attention_dropout = attention_dropout
+        self.activation = keras.activations.get(activation)
+        self.normalize_first = normalize_first
+        self.layer_norm_epsilon = layer_norm_epsilon
 
     def build(self, inputs_shape):
-        with attention_dropout_while_building(self, library_internals.ENCODER_RESIDUAL_DROPOUTS):
-            super().build(inputs_shape)
+        self.self_attention = MultiHeadAttention(
+            self.num_heads, dropout=self.attention_dropout, dtype=self.dtype_policy, name="self_attention"
+        )
+        self.self_attention.build(inputs_shape, inputs_shape)
+        self.self_attention_dropout = ThreefryDropout(
+            self.dropout, dtype=self.dtype_policy, name="self_attention_dropout"
+        )
+        self.self_attention_norm = layer_norm(self, inputs_shape, "self_attention_norm")
+        self.feed_forward = FeedForward(
+            self.intermediate_dim, self.activation, dtype=self.dtype_policy, name="feed_forward"
+        )
+        self.feed_forward.build(inputs_shape)
+        self.feed_forward_dropout = ThreefryDropout(self.dropout, dtype=self.dtype_policy, name="feed_forward_dropout")
+        self.feed_forward_norm = layer_norm(self, inputs_shape, "feed_forward_norm")
+        self.built = True
 
-    @accumulating_in_float32
     def call(self, inputs, padding_mask=None, training=None, return_attention_scores=False):
         """The block on `inputs` `(batch, length, d_model)`.
 
@@ -79,27 +85,38 @@ class EncoderBlock(keras_hub.layers.TransformerEncoder):
             return_attention_scores: also return the self-attention weights
                 `(batch, heads, length, length)`.
         """
-        layers = library_internals.block_sublayers(self)
         mask = None if padding_mask is None else key_padding_mask(padding_mask)
         weights = []
 
         def self_attention(h):
-            output, attention_weights = multi_head_attention(layers["self_attention"], h, h, mask, training)
+            output, attention_weights = self.self_attention(h, h, mask, training=training)
             weights.append(attention_weights)
-            return layers["self_attention_dropout"](output, training=training)
+            return output
 
-        def feed_forward(h):
-            return layers["ffn_dropout"](layers["ffn_outer"](layers["ffn_inner"](h)), training=training)
-
-        x = residual_sublayer(inputs, self_attention, layers["self_attention_norm"], self.normalize_first)
-        x = residual_sublayer(x, feed_forward, layers["ffn_norm"], self.normalize_first)
+        x = residual_sublayer(
+            inputs,
+            self_attention,
+            self.self_attention_dropout,
+            self.self_attention_norm,
+            self.normalize_first,
+            training,
+        )
+        x = residual_sublayer(
+            x, self.feed_forward, self.feed_forward_dropout, self.feed_forward_norm, self.normalize_first, training
+        )
         return (x, weights[0]) if return_attention_scores else x
-
-    def attention_layers(self) -> list:
-        """The block's `MultiHeadAttention` layer (built blocks only)."""
-        return library_internals.attention_layers(self, library_internals.ENCODER_ATTENTION_LAYERS)
 
     def get_config(self):
         config = super().get_config()
-        config["attention_dropout"] = self.attention_dropout
+        config.update(
+            {
+                "intermediate_dim": self.intermediate_dim,
+                "num_heads": self.num_heads,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "activation": keras.activations.serialize(self.activation),
+                "normalize_first": self.normalize_first,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
         return config

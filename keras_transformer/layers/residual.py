@@ -2,20 +2,34 @@
 
 from collections.abc import Callable
 
+import keras
 
-def residual_sublayer(x, sublayer: Callable, norm: Callable, normalize_first: bool):
-    """Post-LN `LayerNorm(x + Sublayer(x))` (section 3.1, the paper's), or
-    Pre-LN `x + Sublayer(LayerNorm(x))`.
+# P_drop of the base model (section 5.4): the blocks' and the backbone's default dropout.
+RESIDUAL_DROPOUT = 0.1
 
-    `sublayer` includes its residual dropout (section 5.4: "applied to the
-    output of each sub-layer, before it is added to the sub-layer input").
+
+def residual_sublayer(x, sublayer: Callable, dropout: Callable, norm: Callable, normalize_first: bool, training=None):
+    """Post-LN `LayerNorm(x + Dropout(Sublayer(x)))` (section 3.1, the
+    paper's), or Pre-LN `x + Dropout(Sublayer(LayerNorm(x)))`.
+
+    The dropout is section 5.4's: "applied to the output of each sub-layer,
+    before it is added to the sub-layer input"; `training` is passed to it.
 
     Example:
-    >>> residual_sublayer(3.0, sublayer=lambda h: 2 * h, norm=lambda h: h / 9, normalize_first=False)
+    >>> def dropout(h, training=None):
+    ...     return h
+    >>> residual_sublayer(3.0, lambda h: 2 * h, dropout, norm=lambda h: h / 9, normalize_first=False)
     1.0
-    >>> residual_sublayer(3.0, sublayer=lambda h: 2 * h, norm=lambda h: h / 9, normalize_first=True)
+    >>> residual_sublayer(3.0, lambda h: 2 * h, dropout, norm=lambda h: h / 9, normalize_first=True)
     3.6666666666666665
     """
     if normalize_first:
-        return x + sublayer(norm(x))
-    return norm(x + sublayer(x))
+        return x + dropout(sublayer(norm(x)), training=training)
+    return norm(x + dropout(sublayer(x), training=training))
+
+
+def layer_norm(block: keras.layers.Layer, inputs_shape, name: str) -> keras.layers.LayerNormalization:
+    """A built LayerNorm with the block's `layer_norm_epsilon` and dtype policy."""
+    norm = keras.layers.LayerNormalization(epsilon=block.layer_norm_epsilon, dtype=block.dtype_policy, name=name)
+    norm.build(inputs_shape)
+    return norm

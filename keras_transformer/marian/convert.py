@@ -1,18 +1,21 @@
 """Marian tensors (PyTorch names and layout) into a `TransformerBackbone`.
 
 PyTorch `Linear` weights are `[out, in]`; Keras' `Dense` kernel is `[in, out]`
-and `MultiHeadAttention` splits d_model into heads: W^Q, W^K, W^V become
+and multi-head attention splits d_model into heads: W^Q, W^K, W^V become
 `(d_model, h, d_k)` kernels with `(h, d_k)` biases, W^O a `(h, d_k, d_model)`
-kernel. Marian's sublayer names map onto KerasHub's blocks one to one:
+kernel. Marian's sublayer names map onto the blocks' attributes one to one:
 
-| Marian (per layer)        | block sublayer (`library_internals.block_sublayers`) |
-| ------------------------- | ---------------------------------------------------- |
-| self_attn                 | self_attention                                       |
-| self_attn_layer_norm      | self_attention_norm                                  |
-| encoder_attn              | cross_attention (decoder only)                       |
-| encoder_attn_layer_norm   | cross_attention_norm (decoder only)                  |
-| fc1, fc2                  | ffn_inner, ffn_outer                                 |
-| final_layer_norm          | ffn_norm                                             |
+| Marian (per layer)        | block attribute                                |
+| ------------------------- | ---------------------------------------------- |
+| self_attn                 | self_attention                                 |
+| self_attn_layer_norm      | self_attention_norm                            |
+| encoder_attn              | cross_attention (decoder only)                 |
+| encoder_attn_layer_norm   | cross_attention_norm (decoder only)            |
+| fc1, fc2                  | feed_forward.inner, feed_forward.outer         |
+| final_layer_norm          | feed_forward_norm                              |
+
+and an attention's q_proj, k_proj, v_proj and out_proj are its
+`query_projection`, `key_projection`, `value_projection` and `output_projection`.
 
 The one embedding matrix serves encoder, decoder and output projection (or,
 with separate vocabularies, the encoder's matrix the source and the
@@ -28,7 +31,6 @@ import warnings
 import numpy as np
 
 from keras_transformer.models.transformer_backbone import TransformerBackbone
-from keras_transformer.utils.library_internals import attention_projections, block_sublayers
 
 # Where the shared matrix may be stored, best first: safetensors keeps one
 # name of a set of tied tensors, and which one depends on the version.
@@ -45,14 +47,15 @@ LOGITS_BIAS = "final_logits_bias"
 # configs say false although their bias was trained: only true is read.
 BIAS_FIELD = "add_bias_logits"
 _LAYER_NAME = re.compile(r"model\.(encoder|decoder)\.layers\.(\d+)\.")
-# Marian module names -> the block sublayers they map to (read by `export_weights` too).
+# Marian module names -> the block attributes they map to (read by `export_weights` too).
 ATTENTION_SUBLAYERS = {"self_attn": "self_attention", "encoder_attn": "cross_attention"}
 NORM_SUBLAYERS = {
     "self_attn_layer_norm": "self_attention_norm",
     "encoder_attn_layer_norm": "cross_attention_norm",
-    "final_layer_norm": "ffn_norm",
+    "final_layer_norm": "feed_forward_norm",
 }
-PROJECTION_ROLES = {"q_proj": "query", "k_proj": "key", "v_proj": "value"}
+FEED_FORWARD_SUBLAYERS = {"fc1": "inner", "fc2": "outer"}
+PROJECTIONS = {"q_proj": "query_projection", "k_proj": "key_projection", "v_proj": "value_projection"}
 
 
 class WeightMismatchError(ValueError):
@@ -112,30 +115,30 @@ def _take(tensors: dict, name: str, repo: str) -> np.ndarray:
 
 
 def _load_attention(layer, prefix: str, tensors: dict, repo: str) -> None:
-    projections = attention_projections(layer)
-    for projection, role in PROJECTION_ROLES.items():
-        dense = projections[role]
+    for projection, attribute in PROJECTIONS.items():
+        dense = getattr(layer, attribute)
         name = f"{prefix}.{projection}"
         _assign(dense.kernel, _take(tensors, f"{name}.weight", repo).T, f"{name}.weight", repo, split=1)
         _assign(dense.bias, _take(tensors, f"{name}.bias", repo), f"{name}.bias", repo, split=2)
-    output = projections["output"]
+    output = layer.output_projection
     weight = _take(tensors, f"{prefix}.out_proj.weight", repo)
     _assign(output.kernel, weight.T, f"{prefix}.out_proj.weight", repo, split=2)
     _assign(output.bias, _take(tensors, f"{prefix}.out_proj.bias", repo), f"{prefix}.out_proj.bias", repo)
 
 
 def _load_block(block, prefix: str, tensors: dict, repo: str) -> None:
-    sublayers = block_sublayers(block)
-    for marian, role in ATTENTION_SUBLAYERS.items():
-        if role in sublayers:
-            _load_attention(sublayers[role], f"{prefix}.{marian}", tensors, repo)
-    for marian, role in NORM_SUBLAYERS.items():
-        norm = sublayers.get(role)
+    for marian, attribute in ATTENTION_SUBLAYERS.items():
+        attention = getattr(block, attribute, None)
+        if attention is not None:
+            _load_attention(attention, f"{prefix}.{marian}", tensors, repo)
+    for marian, attribute in NORM_SUBLAYERS.items():
+        norm = getattr(block, attribute, None)
         if norm is None:
             continue
         _assign(norm.gamma, _take(tensors, f"{prefix}.{marian}.weight", repo), f"{prefix}.{marian}.weight", repo)
         _assign(norm.beta, _take(tensors, f"{prefix}.{marian}.bias", repo), f"{prefix}.{marian}.bias", repo)
-    for marian, dense in (("fc1", sublayers["ffn_inner"]), ("fc2", sublayers["ffn_outer"])):
+    for marian, attribute in FEED_FORWARD_SUBLAYERS.items():
+        dense = getattr(block.feed_forward, attribute)
         _assign(dense.kernel, _take(tensors, f"{prefix}.{marian}.weight", repo).T, f"{prefix}.{marian}.weight", repo)
         _assign(dense.bias, _take(tensors, f"{prefix}.{marian}.bias", repo), f"{prefix}.{marian}.bias", repo)
 

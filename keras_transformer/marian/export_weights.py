@@ -39,12 +39,11 @@ from keras_transformer.marian.convert import (
     EMBEDDING_NAMES,
     LOGITS_BIAS,
     NORM_SUBLAYERS,
-    PROJECTION_ROLES,
+    PROJECTIONS,
     SOURCE_EMBEDDING,
     TARGET_EMBEDDING,
 )
 from keras_transformer.models.transformer_backbone import TransformerBackbone
-from keras_transformer.utils.library_internals import attention_projections, block_sublayers
 
 SHARED_EMBEDDING = EMBEDDING_NAMES[0]
 # Far below any logit, and still finite in float16 and bfloat16.
@@ -144,14 +143,13 @@ def _weights(layer, name: str) -> np.ndarray:
 
 
 def _attention_tensors(attention, prefix: str, order: np.ndarray) -> dict:
-    projections = attention_projections(attention)
     tensors = {}
-    for projection, role in PROJECTION_ROLES.items():
-        dense = projections[role]
+    for projection, attribute in PROJECTIONS.items():
+        dense = getattr(attention, attribute)
         kernel = _weights(dense, "kernel")  # (d_model, heads, head_dim)
         tensors[f"{prefix}.{projection}.weight"] = _model_axis(kernel.reshape(kernel.shape[0], -1).T, 1, order)
         tensors[f"{prefix}.{projection}.bias"] = _array(dense.bias).reshape(-1)
-    output = projections["output"]
+    output = attention.output_projection
     kernel = _weights(output, "kernel")  # (heads, head_dim, d_model)
     tensors[f"{prefix}.out_proj.weight"] = _model_axis(kernel.reshape(-1, kernel.shape[-1]).T, 0, order)
     tensors[f"{prefix}.out_proj.bias"] = _model_axis(_array(output.bias), 0, order)
@@ -159,17 +157,17 @@ def _attention_tensors(attention, prefix: str, order: np.ndarray) -> dict:
 
 
 def _block_tensors(block, prefix: str, order: np.ndarray) -> dict:
-    sublayers = block_sublayers(block)
     tensors = {}
-    for marian, role in ATTENTION_SUBLAYERS.items():
-        if role in sublayers:
-            tensors.update(_attention_tensors(sublayers[role], f"{prefix}.{marian}", order))
-    for marian, role in NORM_SUBLAYERS.items():
-        norm = sublayers.get(role)
+    for marian, attribute in ATTENTION_SUBLAYERS.items():
+        attention = getattr(block, attribute, None)
+        if attention is not None:
+            tensors.update(_attention_tensors(attention, f"{prefix}.{marian}", order))
+    for marian, attribute in NORM_SUBLAYERS.items():
+        norm = getattr(block, attribute, None)
         if norm is not None:
             tensors[f"{prefix}.{marian}.weight"] = _model_axis(_array(norm.gamma), 0, order)
             tensors[f"{prefix}.{marian}.bias"] = _model_axis(_array(norm.beta), 0, order)
-    inner, outer = sublayers["ffn_inner"], sublayers["ffn_outer"]
+    inner, outer = block.feed_forward.inner, block.feed_forward.outer
     tensors[f"{prefix}.fc1.weight"] = _model_axis(_weights(inner, "kernel").T, 1, order)
     tensors[f"{prefix}.fc1.bias"] = _array(inner.bias)
     tensors[f"{prefix}.fc2.weight"] = _model_axis(_weights(outer, "kernel").T, 0, order)
@@ -191,7 +189,7 @@ def _zero_start_row(tensors: dict, embedding: np.ndarray, start: int, scale: flo
     shift = scale * row  # every scaled input embedding moved by -shift
     for stack in stacks:
         prefix = f"model.{stack}.layers.0.self_attn"
-        for projection in PROJECTION_ROLES:
+        for projection in PROJECTIONS:
             weight, bias = tensors[f"{prefix}.{projection}.weight"], tensors[f"{prefix}.{projection}.bias"]
             tensors[f"{prefix}.{projection}.bias"] = (bias + weight.astype("float64") @ shift).astype("float32")
         tensors[f"{prefix}.out_proj.bias"] = (tensors[f"{prefix}.out_proj.bias"] + shift).astype("float32")

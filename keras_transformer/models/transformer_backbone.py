@@ -200,7 +200,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         decoder_padding_mask = keras.Input((None,), dtype="int32", name="decoder_padding_mask")
 
         encoder_output = self.encode(encoder_token_ids, encoder_padding_mask)
-        x = self.embed(decoder_token_ids, self.decoder_embedding_dropout)
+        x = self.embed_target(decoder_token_ids)
         for block in self.decoder_blocks:
             x = block(
                 x,
@@ -318,20 +318,25 @@ class TransformerBackbone(keras_hub.models.Backbone):
             and embedding.logit_soft_cap is None
         )
 
-    def embed(self, token_ids, dropout_layer, start_index=0, training=None):
-        """`Dropout(E[ids] * sqrt(d_model) + PE)` for positions from `start_index`.
+    def embed_source(self, token_ids, training=None):
+        """The encoder's input: `Dropout(E[ids] * sqrt(d_model) + PE)` of source tokens (sections 3.4, 3.5, 5.4)."""
+        return self._embed(token_ids, self.token_embedding, self.encoder_embedding_dropout, 0, training)
 
-        Tokens embedded with `decoder_embedding_dropout` are target tokens
-        (`decoder_token_embedding`), any others source tokens.
-        """
-        decoder = dropout_layer is self.decoder_embedding_dropout
-        tokens = (self.decoder_token_embedding if decoder else self.token_embedding)(token_ids)
+    def embed_target(self, token_ids, start_index=0, training=None):
+        """The decoder's input: `Dropout(E[ids] * sqrt(d_model) + PE)` of target
+        tokens (`decoder_token_embedding`), for positions from `start_index`."""
+        return self._embed(
+            token_ids, self.decoder_token_embedding, self.decoder_embedding_dropout, start_index, training
+        )
+
+    def _embed(self, token_ids, embedding, dropout, start_index, training):
+        tokens = embedding(token_ids)
         positions = self.position_encoding(tokens, start_index=start_index)
-        return dropout_layer(tokens + positions, training=training)
+        return dropout(tokens + positions, training=training)
 
     def encode(self, token_ids, padding_mask, training=None):
         """The encoder stack: source token ids to the memory the decoder attends to."""
-        x = self.embed(token_ids, self.encoder_embedding_dropout, training=training)
+        x = self.embed_source(token_ids, training=training)
         for block in self.encoder_blocks:
             x = block(x, padding_mask=padding_mask, training=training)
         if self.encoder_final_norm is not None:
@@ -372,7 +377,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         beams = ops.shape(layer_caches[0][1])[2] // ops.shape(slot_owners)[1]
         slot_owners = record_position(slot_owners, index, beams)
         visible = visible_slots(slot_owners, beams)
-        x = self.embed(token_ids, self.decoder_embedding_dropout, start_index=index)
+        x = self.embed_target(token_ids, start_index=index)
         caches = []
         for block, self_cache, cross_cache in zip(self.decoder_blocks, layer_caches, cross_attention_cache):
             x, self_cache = block.decode_step(x, index, self_cache, cross_cache, encoder_padding_mask, visible)

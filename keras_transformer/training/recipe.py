@@ -7,6 +7,8 @@ and `keras-transformer train` all take their defaults from it.
 
 import dataclasses
 
+from keras_transformer.layers.residual import RESIDUAL_DROPOUT
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainingRecipe:
@@ -30,7 +32,7 @@ class TrainingRecipe:
     warmup_steps: int = 4000
     peak_learning_rate: float | None = None
     label_smoothing: float = 0.1
-    dropout: float = 0.1
+    dropout: float = RESIDUAL_DROPOUT
     beta_1: float = 0.9
     beta_2: float = 0.98
     epsilon: float = 1e-9

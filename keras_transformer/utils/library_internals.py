@@ -7,8 +7,6 @@ upgrade that moves one fails there, loudly, instead of somewhere deep in a
 training run.
 """
 
-from collections.abc import Callable
-
 import keras
 
 # KerasHub's preset file names and preset machinery (its loaders, one per
@@ -40,42 +38,6 @@ from keras_hub.src.utils.tensor_utils import convert_to_ragged_batch, preprocess
 # `register_transformers_loader`).
 from keras_hub.src.utils.transformers import preset_loader as _transformers_preset_loader
 
-# The residual-branch dropouts of KerasHub's blocks (section 5.4: "applied to
-# the output of each sub-layer, before it is added to the sub-layer input").
-ENCODER_RESIDUAL_DROPOUTS = ("_self_attention_dropout", "_feedforward_dropout")
-DECODER_RESIDUAL_DROPOUTS = (
-    "_self_attention_dropout",
-    "_cross_attention_dropout",
-    "_feedforward_dropout",
-)
-# The attention layers of KerasHub's blocks.
-ENCODER_ATTENTION_LAYERS = ("_self_attention_layer",)
-DECODER_ATTENTION_LAYERS = ("_self_attention_layer", "_cross_attention_layer")
-
-
-def replace_residual_dropouts(
-    block: keras.layers.Layer, names: tuple[str, ...], make_dropout: Callable[..., keras.layers.Layer]
-) -> None:
-    """Gives a block being built new residual dropout layers, `make_dropout(dtype=, name=)`.
-
-    KerasHub hands its blocks' one `dropout` to the attention layers (whose
-    dropout on the softmax weights the blocks use) and the residual dropouts
-    alike, at construction. The blocks of
-    this package therefore build with the attention dropout and then get
-    their residual dropouts here (a `Dropout` made with rate 0 has no seed
-    state, so its rate cannot simply be raised). Call it from `build`, before
-    Keras locks the block's state; the replaced layers are untracked.
-    """
-    for name in names:
-        old = getattr(block, name)
-        block._layers.remove(old)
-        setattr(block, name, make_dropout(dtype=block.dtype_policy, name=old.name))
-
-
-def attention_layers(block: keras.layers.Layer, names: tuple[str, ...]) -> list:
-    """The `MultiHeadAttention` layers of a built KerasHub block."""
-    return [getattr(block, name) for name in names if getattr(block, name, None) is not None]
-
 
 def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
     """The learning rate the optimizer's next update uses (schedules included).
@@ -104,55 +66,6 @@ def micro_batches_since_update(optimizer: keras.optimizers.Optimizer) -> int:
     if not micro_batches:
         return 0
     return int(keras.ops.convert_to_numpy(optimizer._iterations)) % micro_batches
-
-
-# The sublayers of KerasHub's blocks, by their role in section 3.1; a block
-# lacks the cross-attention ones if it is an encoder block.
-BLOCK_SUBLAYERS = {
-    "self_attention": "_self_attention_layer",
-    "self_attention_norm": "_self_attention_layer_norm",
-    "cross_attention": "_cross_attention_layer",
-    "cross_attention_norm": "_cross_attention_layer_norm",
-    "ffn_inner": "_feedforward_intermediate_dense",
-    "ffn_outer": "_feedforward_output_dense",
-    "ffn_norm": "_feedforward_layer_norm",
-    "self_attention_dropout": "_self_attention_dropout",
-    "cross_attention_dropout": "_cross_attention_dropout",
-    "ffn_dropout": "_feedforward_dropout",
-}
-
-
-def block_sublayers(block: keras.layers.Layer) -> dict:
-    """The built sublayers of a KerasHub encoder or decoder block, by role."""
-    return {
-        role: getattr(block, name) for role, name in BLOCK_SUBLAYERS.items() if getattr(block, name, None) is not None
-    }
-
-
-def attention_projections(attention: keras.layers.MultiHeadAttention) -> dict:
-    """The `EinsumDense` layers of W^Q, W^K, W^V and W^O (kernels and biases)."""
-    return {
-        "query": attention._query_dense,
-        "key": attention._key_dense,
-        "value": attention._value_dense,
-        "output": attention._output_dense,
-    }
-
-
-def attention_weights_dropout(attention: keras.layers.MultiHeadAttention) -> keras.layers.Layer:
-    """The dropout a `MultiHeadAttention` layer applies to its softmax
-    weights, made with the layer's `dropout` rate (0: no dropout there)."""
-    return attention._dropout_layer
-
-
-def projection_kernels(attention: keras.layers.MultiHeadAttention) -> dict:
-    """W^Q, W^K, W^V and W^O of a built `MultiHeadAttention`, by name."""
-    return {
-        "query": attention._query_dense.kernel,
-        "key": attention._key_dense.kernel,
-        "value": attention._value_dense.kernel,
-        "output": attention._output_dense.kernel,
-    }
 
 
 def add_special_token(tokenizer, piece: str, name: str) -> None:
