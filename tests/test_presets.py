@@ -3,6 +3,7 @@
 import copy
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -145,7 +146,7 @@ def test_base_builds_offline_without_weights(offline_hub):
     model = kt.Transformer.from_preset("transformer_base", load_weights=False)
     assert isinstance(model, kt.Transformer) and model.preprocessor is None
     params = model.backbone.count_params()
-    assert params == kt_presets.ARCHITECTURE_PRESETS["transformer_base"]["metadata"]["params"]
+    assert params == _catalog_parameter_count("transformer_base") == _readme_parameter_count("transformer_base")
     assert abs(params - 65e6) / 65e6 < 0.04  # Table 3: 65M
 
 
@@ -153,7 +154,8 @@ def test_base_builds_offline_without_weights(offline_hub):
 def test_big_parameter_count(offline_hub):
     model = kt.Transformer.from_preset("transformer_big", load_weights=False)
     assert abs(model.backbone.count_params() - 213e6) / 213e6 < 0.02  # Table 3: 213M
-    assert model.backbone.count_params() == kt_presets.ARCHITECTURE_PRESETS["transformer_big"]["metadata"]["params"]
+    assert model.backbone.count_params() == _catalog_parameter_count("transformer_big")
+    assert model.backbone.count_params() == _readme_parameter_count("transformer_big")
 
 
 def test_unreachable_hub_says_what_to_do(offline_hub):
@@ -466,13 +468,59 @@ def test_upload_refuses_a_bad_handle(saved, fake_hub, capsys):
     assert fake_hub == [] and "hf://user/name" in capsys.readouterr().err
 
 
-def test_paper_preset_configs_are_the_train_architectures():
-    # The one architecture table (catalog.ARCHITECTURES) and the shipped
-    # config.json of each untrained architecture say the same.
+def test_table_3_is_written_once():
+    # The catalog reads each untrained architecture from its config.json, in
+    # the backbone's argument names, and the backbone's docstring table says the same.
     for name in kt_presets.ARCHITECTURE_PRESETS:
         config = json.loads((REPO_ROOT / "presets" / name / "config.json").read_text())["config"]
-        architecture = dict(kt_presets.ARCHITECTURES[name])
-        layers = architecture.pop("num_layers")
-        assert config["num_encoder_layers"] == config["num_decoder_layers"] == layers, name
-        for key, value in architecture.items():
-            assert config[key] == value, (name, key)
+        architecture = kt_presets.ARCHITECTURES[name]
+        assert set(architecture) == set(kt_presets.ARCHITECTURE_ARGUMENTS), name
+        assert architecture == {key: config[key] for key in architecture}, name
+        kt.TransformerBackbone(vocabulary_size=100, **kt_presets.ARCHITECTURES[name])  # valid arguments
+    assert set(kt_presets.ARCHITECTURES["transformer_tiny"]) == set(kt_presets.ARCHITECTURE_ARGUMENTS)
+    rows = re.findall(
+        r"^\s*\| (\S+)\s*\| ([\w, ]+?)\s*\| ([\d.]+)\s*\| ([\d.]+)\s*\|$", kt.TransformerBackbone.__doc__, re.M
+    )
+    assert len(rows) == 5, rows
+    for _, arguments, base, big in rows:
+        for argument in arguments.split(", "):
+            for name, value in (("transformer_base", base), ("transformer_big", big)):
+                assert kt_presets.ARCHITECTURES[name][argument] == float(value), (name, argument)
+
+
+def _readme_parameter_count(name: str) -> int:
+    """The parameter count the README's preset table gives `name`."""
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    (count,) = re.findall(rf"^\| `{name}` \|[^|\n]*\(([\d,]+) parameters\)", readme, re.M)
+    return int(count.replace(",", ""))
+
+
+def _catalog_parameter_count(name: str) -> int:
+    return kt_presets.NAMED_PRESETS[name]["metadata"]["params"]
+
+
+def test_opus_mt_parameter_counts_are_their_architectures():
+    # Opus-MT base: Table 3's base dimensions, swish, a logits bias, one
+    # shared vocabulary of the size the description gives.
+    for name in ("base_en_de", "base_en_fr"):
+        description = kt_presets.OPUS_MT_PRESETS[name]["metadata"]["description"]
+        (vocabulary,) = re.findall(r"([\d,]+) SentencePiece pieces", description)
+        backbone = kt.TransformerBackbone(
+            vocabulary_size=int(vocabulary.replace(",", "")),
+            activation="swish",
+            use_logits_bias=True,
+            **kt_presets.ARCHITECTURES["transformer_base"],
+        )
+        assert backbone.count_params() == _catalog_parameter_count(name), name
+
+
+@pytest.mark.slow
+def test_opus_mt_big_parameter_count_is_its_architecture():
+    description = kt_presets.OPUS_MT_PRESETS["big_en_fr"]["metadata"]["description"]
+    (vocabulary,) = re.findall(r"([\d,]+) SentencePiece pieces", description)
+    backbone = kt.TransformerBackbone(
+        vocabulary_size=int(vocabulary.replace(",", "")),
+        use_logits_bias=True,
+        **kt_presets.ARCHITECTURES["transformer_big"],
+    )
+    assert backbone.count_params() == _catalog_parameter_count("big_en_fr")

@@ -40,6 +40,7 @@ def main() -> None:
 
 def model_card(args: argparse.Namespace) -> str:
     import keras_transformer as kt
+    from keras_transformer.presets import model_card as cards
 
     run = json.loads((args.run / "run.json").read_text())
     arguments = run["arguments"]
@@ -53,23 +54,7 @@ def model_card(args: argparse.Namespace) -> str:
     example = model.translate([EXAMPLE])[0]
     name = args.preset.name
     weights_mb = (args.preset / "model.weights.h5").stat().st_size / 1e6
-    return f"""---
-library_name: keras-hub
-license: apache-2.0
-pipeline_tag: translation
-language:
-- en
-- {lang}
-tags:
-- keras
-- keras-transformer
-- translation
-datasets:
-- multi30k
----
-# {name}: a small English→{language} Transformer trained on Multi30k
-
-English-to-{language} translation of short image descriptions, trained with this project's
+    introduction = f"""English-to-{language} translation of short image descriptions, trained with this project's
 tools on Multi30k; ships inside the `keras-transformer` package and loads offline:
 
 ```python
@@ -78,21 +63,15 @@ model = keras_transformer.Transformer.from_preset("{name}")
 print(model.translate(["{EXAMPLE}"]))   # {[example]}
 ```
 
-{args.status}
-
-## Architecture
-
-The paper's Post-LN encoder-decoder at the size of Wu et al. (2021)'s Transformer-Tiny:
+{args.status}"""
+    architecture = f"""The paper's Post-LN encoder-decoder at the size of Wu et al. (2021)'s Transformer-Tiny:
 {backbone.num_encoder_layers} + {backbone.num_decoder_layers} layers, d_model {backbone.hidden_dim}, \
 d_ff {backbone.intermediate_dim}, {backbone.num_heads} heads, dropout {backbone.dropout} on sublayer
 outputs and embedding sums and {backbone.attention_dropout} on attention weights (section 5.4), one
 shared {backbone.vocabulary_size:,}-piece SentencePiece BPE vocabulary trained on the cased English and
 {language} training text, tied embeddings and output projection, sinusoidal positions;
-{backbone.count_params():,} parameters, stored as float16 ({weights_mb:.1f} MB, loaded as float32).
-
-## Data and recipe
-
-Multi30k task 1: `train` (29,000 pairs) for training, `val` (1,014) for validation,
+{backbone.count_params():,} parameters, stored as float16 ({weights_mb:.1f} MB, loaded as float32)."""
+    recipe = f"""Multi30k task 1: `train` (29,000 pairs) for training, `val` (1,014) for validation,
 `test_2016_flickr` (1,000) only for the final score. Cased, untokenized text.
 Adam(0.9, 0.98, 1e-9), inverse square-root schedule with {arguments["warmup_steps"]:,} warmup steps and a
 peak of {arguments["peak_lr"]}, label smoothing {arguments["label_smoothing"]}, batches of about \
@@ -121,25 +100,26 @@ keras-transformer evaluate presets/{name} --src raw/test_2016_flickr.en.gz \\
 
 Training curves (validation on `val`):
 
-{_curves_table(args.run / "curves.csv")}
-
-## Scores on test_2016_flickr (beam 5, alpha 0.6)
-
-{_scores_table(scores, lang)}
+{_curves_table(args.run / "curves.csv")}"""
+    scores_text = f"""{_scores_table(scores, lang)}
 
 sacreBLEU signatures: `{scores["float16"]["bleu_signature"]}`;
 lower-cased tokenized: `{scores["float16"]["lc_tok_bleu_signature"]}|pre:{scores["float16"]["lc_tok_preprocessing"]}`.
 Float16 storage changes sacreBLEU by \
-{scores["float16"]["bleu"] - scores["float32"]["bleu"]:+.2f} and halves the weights file.
-
-## Limitations
-
-{limitations(language, backbone.count_params())}
-
-## License
-
-Apache-2.0 (model); Multi30k's own terms apply to the data.
-"""
+{scores["float16"]["bleu"] - scores["float32"]["bleu"]:+.2f} and halves the weights file."""
+    return cards.model_card(
+        f"{name}: a small English→{language} Transformer trained on Multi30k",
+        introduction,
+        [
+            ("Architecture", architecture),
+            ("Data and recipe", recipe),
+            ("Scores on test_2016_flickr (beam 5, alpha 0.6)", scores_text),
+            ("Limitations", limitations(language, backbone.count_params())),
+            ("License", "Apache-2.0 (model); Multi30k's own terms apply to the data."),
+        ],
+        languages=["en", lang],
+        datasets=["multi30k"],
+    )
 
 
 def limitations(language: str, parameters: int) -> str:

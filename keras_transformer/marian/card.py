@@ -4,6 +4,7 @@ import re
 
 from keras_transformer.marian.hub import CheckpointFiles
 from keras_transformer.models.transformer_backbone import TransformerBackbone
+from keras_transformer.presets import model_card as cards
 
 README = "README.md"
 _LICENSE = re.compile(r"^license:\s*(\S+)\s*$", re.MULTILINE)
@@ -48,20 +49,7 @@ def model_card(
         ("parameters", f"{backbone.count_params():,}"),
         ("weights dtype", weights_dtype),
     ]
-    table = "\n".join(f"| {key} | {value} |" for key, value in rows)
-    return f"""---
-library_name: keras-hub
-license: {license_id}
-pipeline_tag: translation
-tags:
-- keras
-- keras-transformer
-- translation
-- marian
----
-# {name}
-
-A Marian (Opus-MT) translation model converted from `{handle}` by
+    introduction = f"""A Marian (Opus-MT) translation model converted from `{handle}` by
 `keras-transformer convert`, into a keras-transformer preset (Keras 3;
 TensorFlow, JAX and PyTorch backends) that loads without conversion.
 
@@ -74,23 +62,17 @@ TensorFlow, JAX and PyTorch backends) that loads without conversion.
 - **Data and scores.** See the source model card at `{handle}`: the training
   data (OPUS) and the BLEU scores the authors publish, with their test sets.
   The conversion is exact (logits equal `transformers`' `MarianMTModel`'s to
-  1e-4), so those scores carry over up to decoding settings.
-
-## Architecture
-
-| | |
-| --- | --- |
-{table}
+  1e-4), so those scores carry over up to decoding settings."""
+    architecture = f"""{cards.architecture_table(rows)}
 
 Post-LN layers, scaled shared embeddings and static sinusoidal positions are
-the paper's ("Attention Is All You Need", Vaswani et al., 2017).
-
-## Use
-
-```python
+the paper's ("Attention Is All You Need", Vaswani et al., 2017)."""
+    use = f"""```python
 import keras_transformer
 
 model = keras_transformer.Transformer.from_preset("path/to/{name}")
 print(model.translate(["Two dogs play in the snow."]))
-```
-"""
+```"""
+    return cards.model_card(
+        name, introduction, [("Architecture", architecture), ("Use", use)], license_id=license_id, tags=["marian"]
+    )

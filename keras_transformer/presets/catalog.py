@@ -39,18 +39,37 @@ from keras_transformer.utils.library_internals import (
     README_FILE,
 )
 
-# The architectures `keras-transformer train --preset` builds, by name.
-ARCHITECTURES = {
-    # Table 3 of the paper.
-    "transformer_base": dict(num_layers=6, hidden_dim=512, intermediate_dim=2048, num_heads=8, dropout=0.1),
-    "transformer_big": dict(num_layers=6, hidden_dim=1024, intermediate_dim=4096, num_heads=16, dropout=0.3),
-    # The text-only Multi30k model of Wu et al., "Good for Misconceived Reasons" (ACL 2021).
-    "transformer_tiny": dict(num_layers=4, hidden_dim=128, intermediate_dim=256, num_heads=4, dropout=0.3),
-}
-
 # The shipped presets' folders: the source tree's top-level `presets/`,
 # installed as the package data `keras_transformer.presets.shipped`.
 PRESETS_DIR = Path(importlib.resources.files("keras_transformer.presets.shipped"))
+
+# The arguments of `TransformerBackbone` that make an architecture.
+ARCHITECTURE_ARGUMENTS = (
+    "num_encoder_layers",
+    "num_decoder_layers",
+    "hidden_dim",
+    "intermediate_dim",
+    "num_heads",
+    "dropout",
+)
+
+
+def _architecture_of(preset: str) -> dict:
+    """The architecture in `presets/<preset>/config.json`, Table 3's one copy."""
+    config = json.loads((PRESETS_DIR / preset / CONFIG_FILE).read_text(encoding="utf-8"))["config"]
+    return {argument: config[argument] for argument in ARCHITECTURE_ARGUMENTS}
+
+
+# The architectures `keras-transformer train --preset` builds, by name, as backbone arguments.
+ARCHITECTURES = {
+    # Table 3 of the paper, as its untrained presets hold it.
+    "transformer_base": _architecture_of("transformer_base"),
+    "transformer_big": _architecture_of("transformer_big"),
+    # The text-only Multi30k model of Wu et al., "Good for Misconceived Reasons" (ACL 2021).
+    "transformer_tiny": dict(
+        num_encoder_layers=4, num_decoder_layers=4, hidden_dim=128, intermediate_dim=256, num_heads=4, dropout=0.3
+    ),
+}
 
 
 def _hub_preset(repo: str, description: str, params: int | None) -> dict:
@@ -66,7 +85,7 @@ def _hub_preset(repo: str, description: str, params: int | None) -> dict:
 # Helsinki-NLP's Opus-MT checkpoints (Tiedemann & Thottingal 2020); parameter
 # counts are the converted backbone's (embeddings and logits bias included).
 # There is no tc-big English-German model: the West Germanic one covers both ways.
-GMW_GMW = "Helsinki-NLP/opus-mt-tc-big-gmw-gmw"
+OPUS_MT_WEST_GERMANIC = "Helsinki-NLP/opus-mt-tc-big-gmw-gmw"
 OPUS_MT_PRESETS = {
     "base_en_de": _hub_preset(
         "Helsinki-NLP/opus-mt-en-de",
@@ -93,13 +112,13 @@ OPUS_MT_PRESETS = {
         230_699_801,
     ),
     "big_en_de": _hub_preset(
-        GMW_GMW,
+        OPUS_MT_WEST_GERMANIC,
         "Opus-MT tc-big West Germanic (Helsinki-NLP, CC-BY-4.0) translating into German: the paper's "
         "big dimensions, ReLU. Authors, English-German: 29.0 BLEU newstest2014, 42.9 newstest2019.",
         None,
     ),
     "big_de_en": _hub_preset(
-        GMW_GMW,
+        OPUS_MT_WEST_GERMANIC,
         "Opus-MT tc-big West Germanic (Helsinki-NLP, CC-BY-4.0) translating into English: the paper's "
         "big dimensions, ReLU. Authors, German-English: 33.2 BLEU newstest2014, 41.8 flores101.",
         None,

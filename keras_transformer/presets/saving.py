@@ -1,16 +1,13 @@
 """Saving a preset atomically, optionally in float16, with checksums and a card."""
 
 import os
-import shutil
-import tempfile
-import uuid
 from pathlib import Path
 
 import keras
 
 from keras_transformer.presets.integrity import write_checksums
 from keras_transformer.presets.model_card import default_model_card
-from keras_transformer.utils.files import fsync_directory
+from keras_transformer.utils.files import folder_replaced_atomically
 from keras_transformer.utils.library_internals import CONFIG_FILE, README_FILE, get_preset_saver
 
 
@@ -25,10 +22,9 @@ def save_preset(
     """Saves a task as a preset, atomically, with checksums and a model card.
 
     The preset is written by KerasHub into a hidden folder next to
-    `preset_dir`, completed (model card, checksums), flushed to disk, and only
-    then renamed into place; an existing preset is moved aside first and
-    deleted last. A process killed at any point leaves either the previous
-    version or the new one. One writer per target at a time.
+    `preset_dir`, completed (model card, checksums) and renamed into place
+    (`utils.files.folder_replaced_atomically`): a process killed at any
+    point leaves either the previous version or the new one.
 
     Args:
         task: the model to save (its backbone, preprocessor and vocabulary).
@@ -47,22 +43,13 @@ def save_preset(
         raise FileExistsError(
             f"{target} exists and is not a preset folder; refusing to replace it. Save to a new folder."
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in target.parent.glob(f".{target.name}.partial-*"):
-        shutil.rmtree(stale, ignore_errors=True)  # left by a killed save
-    temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
-    try:
+    with folder_replaced_atomically(target) as temporary:
         if weights_dtype is not None:
             task = _with_dtype(task, weights_dtype)
         get_preset_saver(str(temporary)).save_task(task, max_shard_size=max_shard_size)
         card = model_card if model_card is not None else default_model_card(task, target.name)
         (temporary / README_FILE).write_text(card, encoding="utf-8")
         write_checksums(temporary)
-        _fsync_tree(temporary)
-        _replace(temporary, target)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
     return target
 
 
@@ -73,23 +60,3 @@ def _with_dtype(task: keras.Model, dtype: str) -> keras.Model:
     backbone = type(task.backbone).from_config(config)
     backbone.set_weights(task.backbone.get_weights())  # cast on assignment
     return type(task)(backbone=backbone, preprocessor=task.preprocessor)
-
-
-def _fsync_tree(directory: Path) -> None:
-    for root, _, names in os.walk(directory):
-        for name in names:
-            with open(Path(root) / name, "rb") as file:
-                os.fsync(file.fileno())
-        fsync_directory(Path(root))
-
-
-def _replace(new: Path, target: Path) -> None:
-    """Renames `new` to `target`, moving an existing `target` aside until then."""
-    if target.exists():
-        os.rename(target, target.parent / f".{target.name}.previous-{uuid.uuid4().hex[:8]}")
-    os.rename(new, target)
-    fsync_directory(target.parent)
-    # The new version is in place: older ones (this one's, or one left by a
-    # save killed between the two renames) are obsolete.
-    for previous in target.parent.glob(f".{target.name}.previous-*"):
-        shutil.rmtree(previous)

@@ -5,6 +5,7 @@ import gzip
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,14 +46,10 @@ def folder_replaced_atomically(target: str | os.PathLike) -> Iterator[Path]:
     temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     try:
         yield temporary
-        for path in temporary.rglob("*"):
-            if path.is_file():
-                with open(path, "rb") as file:
-                    os.fsync(file.fileno())
-        fsync_directory(temporary)
+        _fsync_tree(temporary)
         if target.exists():
-            aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.previous-", dir=target.parent))
-            os.rename(target, aside / target.name)
+            # Aside under a name of its own, still a complete folder: loadable, and renamed back by hand.
+            os.rename(target, target.parent / f".{target.name}.previous-{uuid.uuid4().hex[:8]}")
         os.rename(temporary, target)
         fsync_directory(target.parent)
     except BaseException:
@@ -62,6 +59,15 @@ def folder_replaced_atomically(target: str | os.PathLike) -> Iterator[Path]:
     # writer killed between the two renames) are obsolete.
     for previous in target.parent.glob(f".{target.name}.previous-*"):
         shutil.rmtree(previous, ignore_errors=True)
+
+
+def _fsync_tree(directory: Path) -> None:
+    """Flushes every file and folder under `directory` to disk."""
+    for root, _, names in os.walk(directory):
+        for name in names:
+            with open(Path(root) / name, "rb") as file:
+                os.fsync(file.fileno())
+        fsync_directory(root)
 
 
 def read_lines(path: str | os.PathLike) -> Iterator[str]:
