@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_transformer.layers import products
 from keras_transformer.layers.attention import causal_mask, key_padding_mask
 from keras_transformer.layers.cached_attention import attend_cached, cache_keys_values
 from keras_transformer.layers.feed_forward import FeedForward
@@ -96,6 +97,7 @@ class DecoderBlock(keras.layers.Layer):
         self.feed_forward_norm = layer_norm(self, decoder_sequence_shape, "feed_forward_norm")
         self.built = True
 
+    @products.accumulating_in_float32
     def call(
         self,
         decoder_sequence,
@@ -137,11 +139,13 @@ class DecoderBlock(keras.layers.Layer):
         x = self._sublayers(decoder_sequence, self_attention, cross_attention, training)
         return (x, cross_weights[0]) if return_cross_attention_scores else x
 
+    @products.accumulating_in_float32
     def cross_attention_cache(self, encoder_output) -> tuple:
         """Keys and values of the encoder output for the cross-attention,
         laid out as `cached_attention.cache_keys_values` returns them."""
         return cache_keys_values(self.cross_attention, encoder_output)
 
+    @products.accumulating_in_float32
     def decode_step(
         self, x, index, self_attention_cache: tuple, cross_attention_cache: tuple, encoder_padding_mask, visible_slots
     ):

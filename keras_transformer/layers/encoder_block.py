@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_transformer.layers import products
 from keras_transformer.layers.attention import key_padding_mask
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
@@ -76,6 +77,7 @@ class EncoderBlock(keras.layers.Layer):
         self.feed_forward_norm = layer_norm(self, inputs_shape, "feed_forward_norm")
         self.built = True
 
+    @products.accumulating_in_float32
     def call(self, inputs, padding_mask=None, training=None, return_attention_scores=False):
         """The block on `inputs` `(batch, length, d_model)`.
 
