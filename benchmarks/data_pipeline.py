@@ -67,20 +67,20 @@ def time_batches(batches, count: int) -> dict:
 
 def measure(kind: str, source: str, target: str, folder: str, tokens_per_batch: int, batches: int) -> dict:
     import keras_transformer as kt
-    from keras_transformer.training import data, prepared
+    from keras_transformer.training import data, parallel_text, preparation, prepared
 
     tokenizer = kt.TransformerTokenizer(proto=str(VOCABULARY))
     result = {}
     start = time.perf_counter()
     if kind == "old":
-        sources, targets, _ = data.read_parallel(source, target)
+        sources, targets, _ = parallel_text.read_parallel(source, target)
         result["read_s"] = time.perf_counter() - start
         pairs = data.tokenize_pairs(sources, targets, tokenizer, 256)
         result["tokenize_s"] = time.perf_counter() - start - result["read_s"]
         result["pairs_per_s"] = len(sources) / (time.perf_counter() - start)
         result.update(time_batches(data.token_batches(pairs, tokens_per_batch, repeat=True, seed=1), batches))
     elif kind == "prepare":
-        corpus = prepared.prepare_corpus(source, target, folder, tokenizer, 256, overwrite=True)
+        corpus = preparation.prepare_corpus(source, target, folder, tokenizer, 256, overwrite=True)
         result["prepare_s"] = time.perf_counter() - start
         result["pairs_per_s"] = corpus.read.pairs / result["prepare_s"]
     else:

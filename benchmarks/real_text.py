@@ -41,12 +41,12 @@ PRECISIONS = ("float32", "mixed_bfloat16", "int8")
 def measure(way: str, preset: str, beam_size: int | None, limit: int | None, precision: str = "float32") -> dict:
     """One way and precision, in this process."""
     from keras_transformer.generation.precision import load_model
-    from keras_transformer.models import transformer
+    from keras_transformer.models import transformer_generation
     from keras_transformer.training.evaluation import evaluate_translations
     from keras_transformer.utils.files import read_lines
 
     if way == "full-buffer":
-        transformer.FIRST_BUFFER_EXTRA = 10**6  # never shorter than the full buffer
+        transformer_generation.FIRST_BUFFER_EXTRA = 10**6  # never shorter than the full buffer
     target = preset.rsplit("_", 1)[-1]
     sources = list(read_lines(DATA / "raw" / "test_2016_flickr.en.gz"))[:limit]
     references = list(read_lines(DATA / "raw" / f"test_2016_flickr.{target}.gz"))[:limit]

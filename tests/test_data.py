@@ -3,7 +3,7 @@ import gzip
 import numpy as np
 import pytest
 
-from keras_transformer.training import data
+from keras_transformer.training import data, parallel_text
 from keras_transformer.utils.files import read_lines
 
 
@@ -18,7 +18,7 @@ def write(path, lines, raw=False):
 def test_read_parallel_plain_and_gzip(tmp_path):
     source = write(tmp_path / "a.en.gz", ["a dog .", "a cat ."])
     target = write(tmp_path / "a.de", ["ein hund .", "eine katze ."])
-    sources, targets, report = data.read_parallel(source, target)
+    sources, targets, report = parallel_text.read_parallel(source, target)
     assert sources == ["a dog .", "a cat ."]
     assert targets == ["ein hund .", "eine katze ."]
     assert (report.pairs, report.skipped) == (2, 0)
@@ -28,8 +28,8 @@ def test_mismatched_line_counts_name_file_and_line(tmp_path):
     source = write(tmp_path / "a.en", ["one", "two", "three"])
     target = write(tmp_path / "a.de", ["eins", "zwei"])
     with pytest.raises(ValueError, match=r"a\.de has 2 lines but .*a\.en goes on at line 3"):
-        data.read_parallel(source, target)
-    sources, _, report = data.read_parallel(source, target, skip_bad=True)
+        parallel_text.read_parallel(source, target)
+    sources, _, report = parallel_text.read_parallel(source, target, skip_bad=True)
     assert sources == ["one", "two"]
     assert report.unpaired == 1
 
@@ -38,10 +38,10 @@ def test_bad_utf8_names_file_and_line(tmp_path):
     source = write(tmp_path / "a.en", ["one", "two", "three"])
     target = write(tmp_path / "a.de", [b"eins\n", b"zw\xffei\n", b"drei\n"], raw=True)
     with pytest.raises(ValueError, match=r"a\.de, line 2: not valid UTF-8"):
-        data.read_parallel(source, target)
+        parallel_text.read_parallel(source, target)
     with pytest.raises(ValueError, match=r"a\.de, line 2"):
         list(read_lines(target))
-    sources, targets, report = data.read_parallel(source, target, skip_bad=True)
+    sources, targets, report = parallel_text.read_parallel(source, target, skip_bad=True)
     assert (sources, targets) == (["one", "three"], ["eins", "drei"])
     assert report.undecodable == 1
 
@@ -50,8 +50,8 @@ def test_empty_lines_raise_or_are_skipped_and_counted(tmp_path):
     source = write(tmp_path / "a.en", ["one", "", "three", "four"])
     target = write(tmp_path / "a.de", ["eins", "zwei", "  ", "vier"])
     with pytest.raises(ValueError, match=r"a\.en, line 2: empty sentence"):
-        data.read_parallel(source, target)
-    sources, _, report = data.read_parallel(source, target, skip_bad=True)
+        parallel_text.read_parallel(source, target)
+    sources, _, report = parallel_text.read_parallel(source, target, skip_bad=True)
     assert sources == ["one", "four"]
     assert report.empty == 2
     assert "skipped 2 with an empty side" in str(report)
@@ -60,8 +60,8 @@ def test_empty_lines_raise_or_are_skipped_and_counted(tmp_path):
 def test_tsv(tmp_path):
     path = write(tmp_path / "a.tsv", ["a dog .\tein hund .", "no tab here", "x\ty"])
     with pytest.raises(ValueError, match=r"a\.tsv, line 2: expected 'source<TAB>target'"):
-        data.read_parallel(path)
-    sources, targets, report = data.read_parallel(path, skip_bad=True)
+        parallel_text.read_parallel(path)
+    sources, targets, report = parallel_text.read_parallel(path, skip_bad=True)
     assert sources == ["a dog .", "x"] and targets == ["ein hund .", "y"]
     assert report.unpaired == 1
 

@@ -25,7 +25,7 @@ LAYERS = [
     ],
     ["layers", "layers.*"],
     ["training.recipe"],  # its dropout is the layers' default
-    ["generation.search"],
+    ["generation.search", "generation.acceleration"],
     ["models", "models.transformer_backbone"],
     ["models.transformer_tokenizer", "models.transformer_preprocessor", "presets", "presets.catalog"],
     ["generation.decoding", "generation.translation", "generation.batches"],
@@ -40,15 +40,18 @@ LAYERS = [
         "training.callbacks",
         "training.checkpoints",
     ],
-    ["models.transformer"],
+    ["models.transformer_fitting", "models.transformer_generation", "models.transformer"],
     # Registered with KerasHub's loaders: the task class reaches it through them.
     ["marian", "marian.*"],
     [
         "training.data",
+        "training.parallel_text",
         "training.prepared",
+        "training.preparation",
         "training.distribution",
         "training.run_folder",
         "training.trainer",
+        "training.run",
         "generation.serving",
         "generation.attention_maps",
         "generation.precision",
@@ -111,6 +114,42 @@ def test_every_import_points_down():
             if imported != module and layer_of(imported) > level:
                 upward.append(f"keras_transformer.{module} imports keras_transformer.{imported}")
     assert not upward, "imports that point up the layers:\n" + "\n".join(upward)
+
+
+def import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One circle of imports in `graph` (module to the modules it imports), or None."""
+    done, path = set(), []
+
+    def visit(module):
+        if module in path:
+            return path[path.index(module) :] + [module]
+        if module in done:
+            return None
+        path.append(module)
+        for imported in sorted(graph.get(module, ())):
+            cycle = visit(imported)
+            if cycle:
+                return cycle
+        path.pop()
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        cycle = visit(module)
+        if cycle:
+            return cycle
+    return None
+
+
+def test_no_import_cycle():
+    graph = {module: imported_modules(path) - {module} for module, path in modules()}
+    cycle = import_cycle(graph)
+    assert cycle is None, "modules that import each other: " + " -> ".join(cycle)
+
+
+def test_the_check_finds_a_cycle():
+    assert import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert import_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 
 
 def test_the_check_finds_an_upward_import(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 import keras_transformer.cli.main as cli
 from helpers import TINY_TRAIN_ARGUMENTS
-from keras_transformer.training import data, prepared
+from keras_transformer.training import data, parallel_text, preparation, prepared
 
 WORDS = "a dog cat man woman runs play sleeps two dogs . ein hund katze frau singt".split()  # the tokenizer's
 
@@ -32,11 +32,11 @@ def prepare(source, target, out, tokenizer, **options):
     options = {"max_length": 16, "chunk_size": 16, "pairs_per_shard": 24, **options}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return prepared.prepare_corpus(source, target, out, tokenizer, **options)
+        return preparation.prepare_corpus(source, target, out, tokenizer, **options)
 
 
 def in_memory(source, target, tokenizer, max_length=16):
-    sources, targets, report = data.read_parallel(source, target)
+    sources, targets, report = parallel_text.read_parallel(source, target)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the drop warning
         return data.tokenize_pairs(sources, targets, tokenizer, max_length), report
@@ -111,7 +111,7 @@ def test_processes_read_their_own_shards_and_together_every_pair_once(tmp_path, 
 
 
 def test_an_interrupted_preparation_leaves_nothing_readable(tmp_path, corpus_files, tokenizer, monkeypatch):
-    records = prepared._record
+    records = preparation._record
     calls = []
 
     def fail_after_two_records(*args):
@@ -164,13 +164,13 @@ def test_bad_lines_are_refused_or_counted_as_read_parallel_does(tmp_path, tokeni
     source, target, table = write_bad_files(tmp_path)
     files = (table, None) if tsv else (source, target)
     with pytest.raises(ValueError) as expected:
-        data.read_parallel(*files)
+        parallel_text.read_parallel(*files)
     with pytest.raises(ValueError) as raised:
         prepare(*files, tmp_path / "data", tokenizer)
     assert str(raised.value) == str(expected.value)
     assert not (tmp_path / "data").exists()
 
-    sources, targets, report = data.read_parallel(*files, skip_bad=True)
+    sources, targets, report = parallel_text.read_parallel(*files, skip_bad=True)
     corpus = prepare(*files, tmp_path / "data", tokenizer, skip_bad=True)
     assert corpus.read == report and report.skipped > 0
     assert prepared.PreparedCorpus.open(tmp_path / "data").read == report
@@ -180,11 +180,11 @@ def test_bad_lines_are_refused_or_counted_as_read_parallel_does(tmp_path, tokeni
 
 
 def test_the_vocabulary_sample_is_bounded_and_drawn_from_both_sides(tmp_path, corpus_files):
-    sources, targets, _ = data.read_parallel(*corpus_files)
-    sample = prepared.sample_sentences(*corpus_files, 50)
+    sources, targets, _ = parallel_text.read_parallel(*corpus_files)
+    sample = preparation.sample_sentences(*corpus_files, 50)
     assert len(sample) == 50 and set(sample) <= set(sources + targets)
     assert set(sample) & set(sources) and set(sample) & set(targets)
-    assert len(prepared.sample_sentences(*corpus_files, 10_000)) == 300
+    assert len(preparation.sample_sentences(*corpus_files, 10_000)) == 300
 
 
 def test_prepare_and_train_commands(tmp_path, corpus_files, capsys):

@@ -297,7 +297,7 @@ def test_keras_hub_decoding_api_follows_compile_sampler(trained_model):
 
 
 def test_generate_searches_a_short_buffer_first_and_the_full_one_only_if_needed(trained_model, monkeypatch):
-    from keras_transformer.models import transformer
+    from keras_transformer.models import transformer_generation
 
     buffers = []
     search = trained_model._search
@@ -314,10 +314,10 @@ def test_generate_searches_a_short_buffer_first_and_the_full_one_only_if_needed(
 
     buffers.clear()
     assert trained_model.generate(sources) == full
-    assert buffers == [source_length + transformer.FIRST_BUFFER_EXTRA]  # finished within it
+    assert buffers == [source_length + transformer_generation.FIRST_BUFFER_EXTRA]  # finished within it
 
     buffers.clear()
-    monkeypatch.setattr(transformer, "FIRST_BUFFER_EXTRA", 2 - source_length)  # room for one token
+    monkeypatch.setattr(transformer_generation, "FIRST_BUFFER_EXTRA", 2 - source_length)  # room for one token
     assert trained_model.generate(sources) == full
     assert buffers == [2, source_length + 50]  # not finished: searched again
 

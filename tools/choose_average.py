@@ -13,7 +13,6 @@ Usage:
 """
 
 import argparse
-import json
 import os
 
 
@@ -27,15 +26,15 @@ def main() -> None:
 
     from keras_transformer import TransformerTokenizer
     from keras_transformer.training import checkpoints, data
-    from keras_transformer.training.run_folder import RUN_FILE, VOCABULARY_FILE, build_model, run_trainer
+    from keras_transformer.training.run import TrainingRun
+    from keras_transformer.training.run_folder import VOCABULARY_FILE, build_model, read_run_file
     from keras_transformer.utils.files import read_lines
 
-    with open(os.path.join(args.run_dir, RUN_FILE)) as f:
-        run = json.load(f)
+    run = read_run_file(args.run_dir)
     run_args = argparse.Namespace(**run["arguments"])
     tokenizer = TransformerTokenizer(proto=os.path.join(args.run_dir, VOCABULARY_FILE))
     model = build_model(run["backbone"], tokenizer, run_args.max_length)
-    trainer = run_trainer(args.run_dir, run["arguments"])
+    trainer = TrainingRun.from_folder(args.run_dir).trainer()
     trainer.compile(model)
     sources = list(read_lines(args.valid_src))
     targets = list(read_lines(args.valid_tgt))

@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import TransformerTokenizer
-from keras_transformer.training import data
+from keras_transformer.training import data, parallel_text
 from keras_transformer.training.run_folder import RUN_FILE, VOCABULARY_FILE
 
 BATCHES_FILE = "batches.npz"
@@ -92,7 +92,7 @@ def main() -> None:
         "train": (options["src"], options["tgt"]),
         "valid": (options["valid_src"], options["valid_tgt"]),
     }.items():
-        sources, targets, _ = data.read_parallel(source, target, skip_bad=options["skip_bad"])
+        sources, targets, _ = parallel_text.read_parallel(source, target, skip_bad=options["skip_bad"])
         pairs = data.tokenize_pairs(sources, targets, tokenizer, options["max_length"])
         if split == "train":
             # As the train command batches a run that starts at step 0.

@@ -12,7 +12,6 @@ the last --average checkpoints (section 6.1) to RUN_DIR/averaged.npz, which
 """
 
 import argparse
-import json
 import os
 import time
 
@@ -22,7 +21,8 @@ import numpy as np
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.training import checkpoints
-from keras_transformer.training.run_folder import RUN_FILE, run_trainer
+from keras_transformer.training.run import TrainingRun
+from keras_transformer.training.run_folder import read_run_file
 from keras_transformer.utils.special_tokens import END_ID, PAD_ID, START_ID
 
 AVERAGED_FILE = "averaged.npz"
@@ -100,17 +100,16 @@ def main() -> None:
         # the run's dtype is float32.
         jax.config.update("jax_default_matmul_precision", "highest")
 
-    with open(os.path.join(args.run_dir, RUN_FILE)) as f:
-        run = json.load(f)
     with np.load(os.path.join(args.run_dir, "batches.npz")) as arrays:
         train, valid = RecordedBatches(arrays, "train"), RecordedBatches(arrays, "valid")
     max_steps = args.max_steps or len(train)
     if len(train) < max_steps:
         raise SystemExit(f"batches.npz holds {len(train)} training batches; --max-steps is {max_steps}.")
 
-    keras.utils.set_random_seed(run["arguments"]["seed"])
-    trainer = run_trainer(args.run_dir, {**run["arguments"], "max_steps": max_steps, "verbose": 2})
-    model = Transformer(backbone=TransformerBackbone(**run["backbone"]), preprocessor=None)
+    run = TrainingRun.from_folder(args.run_dir, max_steps=max_steps, verbose=2)
+    keras.utils.set_random_seed(run.options["seed"])
+    trainer = run.trainer()
+    model = Transformer(backbone=TransformerBackbone(**read_run_file(args.run_dir)["backbone"]), preprocessor=None)
     trainer.compile(model)
     step = trainer.resume(model)
 

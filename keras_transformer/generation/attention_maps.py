@@ -150,7 +150,7 @@ def _target_piece_lookup(tokenizer):
     """The target-side piece of an id: `id_to_token` is the source's, and a
     checkpoint with separate vocabularies (Marian's `target_vocabulary`)
     numbers the decoder's pieces on their own."""
-    vocabulary = getattr(tokenizer, "target_vocabulary", None)
+    vocabulary = tokenizer.target_vocabulary
     if vocabulary is None:
         return lambda token_id: tokenizer.id_to_token(int(token_id))
     pieces = {index: piece for piece, index in vocabulary.items()}

@@ -129,23 +129,14 @@ def _segments(tokenizer, texts, token_ids, room, too_long) -> list[tuple[int, li
 def with_target_language(tokenizer, texts: list[str], target_language: str | None) -> list[str]:
     """`texts` with the token of `target_language` (or the tokenizer's own
     default) before each text that has none, for a multilingual Marian
-    tokenizer (`MarianTokenizer.with_target_language`, which checks the
-    languages); other tokenizers take no language."""
-    add_language = getattr(tokenizer, "with_target_language", None)
-    if add_language is not None:
-        return add_language(texts, target_language)
-    if target_language is not None:
-        raise ValueError(
-            f"This model has no target-language tokens (got target_language={target_language!r}): "
-            "it translates into one language. Leave target_language out."
-        )
-    return list(texts)
+    tokenizer, which checks the languages; a tokenizer of one target
+    language takes none (`TransformerTokenizer.with_target_language`)."""
+    return tokenizer.with_target_language(texts, target_language)
 
 
 def language_tag_ids(tokenizer) -> list[int]:
     """The ids of the tokenizer's target-language tokens (none for most)."""
-    ids = getattr(tokenizer, "language_tag_ids", None)
-    return ids() if ids is not None else []
+    return tokenizer.language_tag_ids()
 
 
 def tokenize(tokenizer, texts: list[str]) -> list[list[int]]:

@@ -89,7 +89,7 @@ def tokenizer_files(
     """
     source, target, _, _ = _parts(preprocessor)
     start_kwargs = {}
-    if getattr(preprocessor, "source_start_token", True):
+    if preprocessor.source_start_token:
         _check_source_start(source, source_pieces[backbone.start_token_id])
         start_kwargs = {"add_bos": True}
     output_pieces = target_pieces or source_pieces  # the special ids are output ids

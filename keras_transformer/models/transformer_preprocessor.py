@@ -46,6 +46,7 @@ class TransformerPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
 
     backbone_cls = TransformerBackbone
     tokenizer_cls = TransformerTokenizer
+    source_start_token = True  # sources begin with <s>; Marian's do not
 
     def __init__(
         self,

@@ -88,6 +88,36 @@ class TransformerTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
             except tf.errors.NotFoundError:
                 self.set_proto(self.proto)
 
+    # --- Target languages: one here; a multilingual tokenizer (Marian's) has several
+
+    target_vocabulary = None  # the target side shares the one vocabulary
+    target_language = None  # no language token is added
+
+    def target_languages(self) -> list[str]:
+        """The languages chosen by a token (`>>deu<<`): none, there is one target language."""
+        return []
+
+    def language_tag_ids(self) -> list[int]:
+        """The ids of target-language tokens: none."""
+        return []
+
+    def with_target_language(self, texts: list[str], language: str | None = None) -> list[str]:
+        """`texts` as they are: a model of one target language takes no language.
+
+        Raises:
+            ValueError: `language` is given.
+        """
+        if language is not None:
+            raise ValueError(
+                f"This model has no target-language tokens (got target_language={language!r}): "
+                "it translates into one language. Leave target_language out."
+            )
+        return list(texts)
+
+    def tokenize_target(self, inputs):
+        """Target text to token ids: the one vocabulary tokenizes both sides."""
+        return self.tokenize(inputs)
+
 
 def train_tokenizer(
     data: Iterable[str] | list[str | os.PathLike],

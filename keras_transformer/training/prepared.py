@@ -1,16 +1,10 @@
-"""Parallel corpora tokenized once into sharded files, then streamed from disk while training.
+"""Parallel corpora tokenized once into sharded files, streamed from disk while training.
 
 `keras-transformer train --src --tgt` holds every pair in memory and
 tokenizes the corpus at each start; at the paper's scale (WMT 2014, millions
-of pairs) that takes more memory than a training host has. Here:
+of pairs) that takes more memory than a training host has. A corpus that
+`keras_transformer.training.preparation.prepare_corpus` wrote is read here:
 
-- `prepare_corpus(source, target, out, tokenizer, max_length)` reads the pair
-  files in one streaming pass (with `read_parallel`'s checks and counts: it
-  is `stream_parallel`), tokenizes chunks of pairs in parallel with
-  `tf.data`, drops (and counts) pairs too long for `max_length` as
-  `tokenize_pairs` does, and writes the token ids into sharded TFRecord
-  files, the vocabulary, and last a manifest (`manifest.json`). Memory is
-  bounded by a few chunks, whatever the corpus size.
 - `PreparedCorpus.open(folder)` reads the manifest; a folder without one (a
   preparation that did not finish) is refused.
 - `prepared_pairs(corpus)` streams the `(source_ids, target_ids)` pairs
@@ -18,19 +12,14 @@ of pairs) that takes more memory than a training host has. Here:
   of one of several processes), and `prepared_batches(corpus, tokens_per_batch)`
   batches them by tokens with the same code as `token_batches`.
 
-The folder is written under a hidden temporary name next to `out` and renamed
-to `out` once complete, so a preparation interrupted at any point leaves no
-folder that a reader accepts; running it again starts afresh.
-
 Example:
 >>> import pathlib, tempfile
 >>> import keras_transformer as kt
+>>> from keras_transformer.training.preparation import prepare_corpus
 >>> folder = pathlib.Path(tempfile.mkdtemp())
 >>> _ = (folder / "a.tsv").write_text("a dog runs .\\tein hund rennt .\\n" * 8)
 >>> tokenizer = kt.train_tokenizer(["a dog runs .", "ein hund rennt ."] * 20, 40)
 >>> corpus = prepare_corpus(folder / "a.tsv", None, folder / "data", tokenizer, max_length=16)
->>> corpus.pairs, PreparedCorpus.open(folder / "data").pairs
-(8, 8)
 >>> x, y, w = next(iter(prepared_batches(corpus, tokens_per_batch=64, bucket_width=8)))
 >>> tuple(x["encoder_token_ids"].shape)
 (8, 8)
@@ -40,15 +29,12 @@ from __future__ import annotations  # annotations name TensorFlow types, which m
 
 import dataclasses
 import hashlib
-import itertools
 import json
 import os
-import random
-from collections.abc import Iterator
 from pathlib import Path
 
-from keras_transformer.training.data import ReadReport, bucket_batches, stream_parallel
-from keras_transformer.utils.files import folder_replaced_atomically
+from keras_transformer.training.data import bucket_batches
+from keras_transformer.training.parallel_text import ReadReport
 from keras_transformer.utils.text_libraries import require_text_libraries, tf
 
 MANIFEST_FILE = "manifest.json"
@@ -139,195 +125,6 @@ class PreparedCorpus:
 def tokenizer_checksum(tokenizer) -> str:
     """SHA-256 of a `TransformerTokenizer`'s SentencePiece proto."""
     return hashlib.sha256(tokenizer.proto).hexdigest()
-
-
-def prepare_corpus(
-    source: str | os.PathLike,
-    target: str | os.PathLike | None,
-    out: str | os.PathLike,
-    tokenizer,
-    max_length: int = 256,
-    *,
-    skip_bad: bool = False,
-    chunk_size: int = 2048,
-    pairs_per_shard: int = 100_000,
-    overwrite: bool = False,
-) -> PreparedCorpus:
-    """Tokenizes a parallel corpus into a prepared folder, in one streaming pass.
-
-    Args:
-        source, target: as for `read_parallel`: two line-aligned files, or a
-            TSV file and `None`.
-        out: the folder to write; it must not exist, be empty, or (with
-            `overwrite`) hold a prepared corpus.
-        tokenizer: the shared `TransformerTokenizer`.
-        max_length: as for `tokenize_pairs`: longer pairs are dropped and counted.
-        skip_bad: as for `read_parallel`.
-        chunk_size: pairs tokenized together, and stored in one record (at
-            most `pairs_per_shard`).
-        pairs_per_shard: about this many pairs per shard file (whole chunks);
-            processes of a multi-host run read whole shards.
-        overwrite: replace a prepared corpus in `out`.
-
-    Returns:
-        The `PreparedCorpus` written.
-
-    Raises:
-        ValueError: as `read_parallel` on a bad line (then nothing is written),
-            or when `out` is not a folder this may write.
-    """
-    require_text_libraries("prepare_corpus")
-    out = Path(out)
-    _check_writable(out, overwrite)
-    report = ReadReport()
-    pairs = stream_parallel(source, target, report, skip_bad=skip_bad)
-    chunks, failure = _text_chunks(pairs, min(chunk_size, pairs_per_shard))
-    id_dtype = "uint16" if tokenizer.vocabulary_size() <= 2**16 else "int32"
-    tokenized = (
-        tf.data.Dataset.from_generator(chunks, output_signature=(tf.TensorSpec([None], tf.string),) * 2)
-        .map(_chunk_tokenizer(tokenizer, max_length), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        .prefetch(2)
-        .with_options(_all_cores())
-    )
-    with folder_replaced_atomically(out) as folder:
-        shards, counts = _write_shards(tokenized.as_numpy_iterator(), folder, pairs_per_shard, id_dtype)
-        if failure:
-            raise failure[0]
-        (folder / VOCABULARY_FILE).write_bytes(tokenizer.proto)
-        corpus = PreparedCorpus(
-            folder=out,
-            max_length=max_length,
-            read=report,
-            tokenizer_sha256=tokenizer_checksum(tokenizer),
-            id_dtype=id_dtype,
-            shards=shards,
-            inputs=[str(path) for path in (source, target) if path is not None],
-            **counts,
-        )
-        # Last: a folder is a prepared corpus once its manifest exists.
-        (folder / MANIFEST_FILE).write_text(json.dumps(corpus.manifest(), indent=2) + "\n", encoding="utf-8")
-    return corpus
-
-
-def _all_cores() -> tf.data.Options:
-    """tf.data runs each op of a map on one thread by default; the tokenizer
-    op splits a chunk over threads of its own when allowed to."""
-    options = tf.data.Options()
-    options.threading.max_intra_op_parallelism = os.cpu_count() or 1
-    return options
-
-
-def _check_writable(out: Path, overwrite: bool) -> None:
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
-        return
-    if not (out / MANIFEST_FILE).is_file():
-        raise ValueError(f"{out} exists and is not a prepared corpus; choose another output folder.")
-    if not overwrite:
-        raise ValueError(f"{out} already holds a prepared corpus; pass overwrite=True (--overwrite) to replace it.")
-
-
-def _text_chunks(pairs: Iterator[tuple[str, str]], chunk_size: int):
-    """A generator function of `(sources, targets)` lists, and a list that receives its error.
-
-    tf.data turns an exception inside a generator into its own error type;
-    keeping it lets `prepare_corpus` raise `read_parallel`'s `ValueError` (or the `OSError`) itself.
-    """
-    failure = []
-
-    def chunks():
-        try:
-            while chunk := list(itertools.islice(pairs, chunk_size)):
-                sources, targets = zip(*chunk)
-                yield list(sources), list(targets)
-        except Exception as error:  # a bad line, an unreadable file
-            failure.append(error)
-
-    return chunks, failure
-
-
-def _chunk_tokenizer(tokenizer, max_length: int):
-    """Token ids of a chunk's kept pairs as flat values and lengths, and the count dropped."""
-
-    def tokenize(sources, targets):
-        source_ids, target_ids = (tf.cast(tokenizer(texts), "int32") for texts in (sources, targets))
-        fits = tf.logical_and(source_ids.row_lengths() + 2 <= max_length, target_ids.row_lengths() + 1 <= max_length)
-        source_ids, target_ids = (tf.ragged.boolean_mask(ids, fits) for ids in (source_ids, target_ids))
-        dropped = tf.size(fits) - tf.reduce_sum(tf.cast(fits, "int32"))
-        lengths = [tf.cast(ids.row_lengths(), "int32") for ids in (source_ids, target_ids)]
-        return source_ids.flat_values, lengths[0], target_ids.flat_values, lengths[1], dropped
-
-    return tokenize
-
-
-def _write_shards(chunks, folder: Path, pairs_per_shard: int, id_dtype: str) -> tuple[list[dict], dict]:
-    """Writes the tokenized chunks into shards; returns the shard list and the counts."""
-    shards, counts = [], dict(pairs=0, dropped=0, source_tokens=0, target_tokens=0)
-    writer = None
-    try:
-        for source_ids, source_lengths, target_ids, target_lengths, dropped in chunks:
-            counts["dropped"] += int(dropped)
-            if not len(source_lengths):
-                continue
-            if writer is None:
-                shards.append({"file": SHARD_PATTERN.format(len(shards)), "pairs": 0})
-                writer = tf.io.TFRecordWriter(str(folder / shards[-1]["file"]))
-            writer.write(_record(source_ids, source_lengths, target_ids, target_lengths, id_dtype))
-            shards[-1]["pairs"] += len(source_lengths)
-            counts["pairs"] += len(source_lengths)
-            counts["source_tokens"] += len(source_ids)
-            counts["target_tokens"] += len(target_ids)
-            if shards[-1]["pairs"] >= pairs_per_shard:
-                writer.close()
-                writer = None
-    finally:
-        if writer is not None:
-            writer.close()
-    return shards, counts
-
-
-def _record(source_ids, source_lengths, target_ids, target_lengths, id_dtype: str) -> bytes:
-    """One chunk as a serialized `tf.train.Example` of little-endian integer bytes."""
-    arrays = (
-        source_ids.astype(f"<{_NUMPY_DTYPES[id_dtype]}"),
-        source_lengths.astype("<i4"),
-        target_ids.astype(f"<{_NUMPY_DTYPES[id_dtype]}"),
-        target_lengths.astype("<i4"),
-    )
-    feature = {
-        name: tf.train.Feature(bytes_list=tf.train.BytesList(value=[array.tobytes()]))
-        for name, array in zip(FIELDS, arrays)
-    }
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
-
-
-_NUMPY_DTYPES = {"uint16": "u2", "int32": "i4"}
-
-
-def sample_sentences(
-    source: str | os.PathLike,
-    target: str | os.PathLike | None,
-    count: int,
-    *,
-    skip_bad: bool = False,
-    seed: int = 0,
-) -> list[str]:
-    """At most `count` sentences of both sides drawn uniformly from the corpus, to train a vocabulary on.
-
-    One streaming pass (reservoir sampling), holding only the sample; the
-    lines are checked as `read_parallel` checks them.
-
-    Raises:
-        ValueError: as `read_parallel` on a bad line.
-    """
-    rng = random.Random(seed)
-    sample = []
-    pairs = stream_parallel(source, target, ReadReport(), skip_bad=skip_bad)
-    for seen, sentence in enumerate(sentence for pair in pairs for sentence in pair):
-        if seen < count:
-            sample.append(sentence)
-        elif (slot := rng.randrange(seen + 1)) < count:
-            sample[slot] = sentence
-    return sample
 
 
 def prepared_pairs(

@@ -1,4 +1,7 @@
-"""The files of a `keras-transformer train` run folder, its model and its trainer."""
+"""The files of a `keras-transformer train` run folder and the model it trains."""
+
+import json
+import os
 
 RUN_FILE = "run.json"  # architecture and command-line options
 VOCABULARY_FILE = "vocabulary.spm"
@@ -17,35 +20,35 @@ def build_model(backbone_config: dict, tokenizer, max_length: int):
     )
 
 
-def run_trainer(directory: str, arguments: dict, *, chief: bool = True):
-    """The `Trainer` of a run folder, from its `keras-transformer train` options.
+def read_run_file(directory: str) -> dict:
+    """The run folder's run.json: `{"backbone": backbone arguments, "arguments": options}`."""
+    with open(os.path.join(directory, RUN_FILE)) as f:
+        return json.load(f)
 
-    Args:
-        directory: the run folder.
-        arguments: the command's options by name (run.json's `arguments`).
-        chief: whether this process writes the run folder.
+
+def average_into_preset(directory: str, out: str, last: int, weights_dtype: str | None = None) -> list[str]:
+    """Writes the mean of the run's newest `last` checkpoints as a preset (section 6.1); returns their paths.
+
+    The preset is written to a temporary folder and renamed into place, so an
+    interrupted average leaves no half-written preset.
     """
-    from keras_transformer.training.recipe import TrainingRecipe
-    from keras_transformer.training.trainer import Trainer
+    from keras_transformer.models.transformer_tokenizer import TransformerTokenizer
+    from keras_transformer.training import checkpoints
+    from keras_transformer.utils.errors import UserError
 
-    recipe = TrainingRecipe(
-        warmup_steps=arguments["warmup_steps"],
-        peak_learning_rate=arguments["peak_lr"],
-        label_smoothing=arguments["label_smoothing"],
-        accumulate=arguments["accumulate"],
-    )
-    return Trainer(
-        directory,
-        recipe,
-        max_steps=arguments["max_steps"],
-        valid_every=arguments["valid_every"],
-        strategy=arguments["strategy"],
-        dtype=arguments["dtype"],
-        checkpoint_every_steps=arguments["checkpoint_every_steps"],
-        checkpoint_every_minutes=arguments["checkpoint_every_minutes"] or None,
-        keep_checkpoints=arguments["keep_checkpoints"],
-        valid_bleu_sentences=arguments["valid_bleu_sentences"],
-        log_every=arguments["log_every"],
-        chief=chief,
-        verbose=arguments["verbose"],
-    )
+    if last < 1:
+        raise UserError(f"the number of checkpoints to average must be at least 1; got {last}.")
+    if not os.path.exists(os.path.join(directory, RUN_FILE)):
+        raise UserError(f"{directory} is not a training run folder (it has no {RUN_FILE}).")
+    paths = checkpoints.list_checkpoints(os.path.join(directory, CHECKPOINT_DIR))
+    if not paths:
+        raise UserError(f"{directory} has no checkpoints yet.")
+    if len(paths) < last:
+        print(f"only {len(paths)} checkpoints in {directory}; averaging all of them.")
+    paths = paths[-last:]
+    run = read_run_file(directory)
+    tokenizer = TransformerTokenizer(proto=os.path.join(directory, VOCABULARY_FILE))
+    model = build_model(run["backbone"], tokenizer, run["arguments"]["max_length"])
+    model.set_weights(checkpoints.average_checkpoints(paths))
+    model.save_to_preset(out, weights_dtype=weights_dtype)
+    return paths

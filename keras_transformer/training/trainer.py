@@ -201,14 +201,14 @@ class Trainer:
         )
         nan_guard = checkpoints.StopOnNaN(saver)
         monitor = TrainingMonitor(self.directory if self.chief else None)
-        everything = [nan_guard, StopAtStep(self.max_steps)]
+        trainer_callbacks = [nan_guard, StopAtStep(self.max_steps)]
         if self.chief:
-            everything.insert(0, saver)
+            trainer_callbacks.insert(0, saver)
         if self.chief and valid_texts and self.valid_bleu_sentences:
-            everything.append(ValidationBleu(*valid_texts, max_sentences=self.valid_bleu_sentences))
-        everything.append(monitor)  # after ValidationBleu, whose val_bleu it writes into the curves
+            trainer_callbacks.append(ValidationBleu(*valid_texts, max_sentences=self.valid_bleu_sentences))
+        trainer_callbacks.append(monitor)  # after ValidationBleu, whose val_bleu it writes into the curves
         if self.chief:
-            everything += self._tensorboard()
+            trainer_callbacks += self._tensorboard()
         initial_epoch = step // self.valid_every
         if step < self.max_steps:
             # The batches are token ids, which need no preprocessing: Keras'
@@ -221,7 +221,7 @@ class Trainer:
                 steps_per_epoch=self.valid_every * self.recipe.accumulate,
                 initial_epoch=initial_epoch,
                 epochs=initial_epoch + math.ceil((self.max_steps - step) / self.valid_every),
-                callbacks=everything + list(callbacks),
+                callbacks=trainer_callbacks + list(callbacks),
                 verbose=self.verbose,
                 shuffle=False,  # the batches come in their own order
             )

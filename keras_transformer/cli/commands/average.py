@@ -11,7 +11,6 @@ Example:
 """
 
 import argparse
-import json
 import os
 
 
@@ -31,38 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_transformer.training import checkpoints
-    from keras_transformer.training.run_folder import CHECKPOINT_DIR, RUN_FILE, VOCABULARY_FILE
+    from keras_transformer.training.run_folder import average_into_preset
     from keras_transformer.utils.errors import UserError
 
     if args.last < 1:
         raise UserError(f"--last must be at least 1; got {args.last}.")
-    run_file = os.path.join(args.run_dir, RUN_FILE)
-    if not os.path.exists(run_file):
-        raise UserError(f"{args.run_dir} is not a training run folder (it has no {RUN_FILE}).")
-    paths = checkpoints.list_checkpoints(os.path.join(args.run_dir, CHECKPOINT_DIR))
-    if not paths:
-        raise UserError(f"{args.run_dir} has no checkpoints yet.")
     if os.path.exists(args.out) and not args.overwrite:
         raise UserError(f"{args.out} exists; pass --overwrite to replace it.")
-    if len(paths) < args.last:
-        print(f"only {len(paths)} checkpoints in {args.run_dir}; averaging all of them.")
-    paths = paths[-args.last :]
-    with open(run_file) as f:
-        run_config = json.load(f)
-    weights = checkpoints.average_checkpoints(paths)
-    model = _model(run_config, os.path.join(args.run_dir, VOCABULARY_FILE))
-    model.set_weights(weights)
     weights_dtype = None if args.weights_dtype == "float32" else args.weights_dtype
-    model.save_to_preset(args.out, weights_dtype=weights_dtype)  # atomic: a temporary folder, then a rename
+    paths = average_into_preset(args.run_dir, args.out, args.last, weights_dtype)
     first, last = os.path.basename(paths[0]), os.path.basename(paths[-1])
     print(f"averaged {len(paths)} checkpoints ({first} .. {last}) into {args.out}.")
     return 0
-
-
-def _model(run_config: dict, vocabulary: str):
-    from keras_transformer import TransformerTokenizer
-    from keras_transformer.training.run_folder import build_model
-
-    max_length = run_config["arguments"]["max_length"]
-    return build_model(run_config["backbone"], TransformerTokenizer(proto=vocabulary), max_length)

@@ -55,10 +55,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_transformer.training import prepared
+    from keras_transformer.training import preparation
 
     tokenizer = _vocabulary(args)
-    corpus = prepared.prepare_corpus(
+    corpus = preparation.prepare_corpus(
         args.src,
         args.tgt,
         args.out,
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _vocabulary(args):
     from keras_transformer import TransformerTokenizer, train_tokenizer
-    from keras_transformer.training.prepared import sample_sentences
+    from keras_transformer.training.preparation import sample_sentences
 
     if args.vocabulary:
         return TransformerTokenizer(proto=args.vocabulary)
