@@ -120,7 +120,7 @@ def test_an_interrupted_preparation_leaves_nothing_readable(tmp_path, corpus_fil
             raise KeyboardInterrupt
         return records(*args)
 
-    monkeypatch.setattr(prepared, "_record", fail_after_two_records)
+    monkeypatch.setattr(preparation, "_record", fail_after_two_records)
     with pytest.raises(KeyboardInterrupt):
         prepare(*corpus_files, tmp_path / "data", tokenizer)
     assert len(calls) == 3  # it was writing shards when interrupted
