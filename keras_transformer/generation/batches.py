@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from keras import ops
 
+from keras_transformer.generation.settings import LENGTH_BUCKET, bucketed
 from keras_transformer.generation.translation import to_list
 from keras_transformer.utils.text_libraries import tf
 
@@ -109,11 +110,11 @@ def target_token_ids(tokenizer, texts: list[str]) -> list[list[int]]:
     return [list(row) for row in to_list(tokenize(texts))]
 
 
-def pack_prompts(rows: list[list[int]], start_token_id: int, pad_token_id: int, bucket: int = 16) -> dict:
+def pack_prompts(rows: list[list[int]], start_token_id: int, pad_token_id: int, bucket: int = LENGTH_BUCKET) -> dict:
     """Target prefixes packed as a decoder prompt: the start token, the ids,
     padding; the width rounded up to a multiple of `bucket`, so that a
     compiled search sees few shapes."""
-    width = -(-(max((len(row) for row in rows), default=0) + 1) // bucket) * bucket
+    width = bucketed(max((len(row) for row in rows), default=0) + 1, bucket)
     token_ids = np.full((len(rows), width), pad_token_id, "int32")
     padding_mask = np.zeros((len(rows), width), bool)
     for index, row in enumerate(rows):

@@ -2,10 +2,25 @@
 
 `SearchSettings()` is the paper's beam search; `generate`, `translate`,
 `keras_transformer.training.evaluation.evaluate_model`, the SavedModel
-export and the command line take their defaults from it.
+export and the command line take their defaults from it. `LENGTH_BUCKET` is
+the width step of the batches a search is compiled for.
 """
 
 import dataclasses
+
+# Sources and target prompts are padded to a multiple of this many positions,
+# so that compiled searches see few shapes (`translate`, the SavedModel, the server).
+LENGTH_BUCKET = 16
+
+
+def bucketed(length: int, bucket: int = LENGTH_BUCKET) -> int:
+    """`length` rounded up to a multiple of `bucket`.
+
+    Example:
+    >>> bucketed(17), bucketed(16), bucketed(3, bucket=4)
+    (32, 16, 4)
+    """
+    return -(-length // bucket) * bucket
 
 
 @dataclasses.dataclass(frozen=True)

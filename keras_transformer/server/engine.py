@@ -4,8 +4,8 @@ A compiled search is specialised to its input shape, and compiling one takes
 far longer than decoding a batch. So the server decodes only a fixed set of
 shapes, all compiled before it reports ready (`warm_up`):
 
-- source widths in `length_buckets` (multiples of 16, the width `translate`
-  pads to, up to `max_source_bucket`); a longer text is cut into sentences
+- source widths in `length_buckets` (multiples of `LENGTH_BUCKET`, the width
+  `translate` pads to, up to `max_source_bucket`); a longer text is cut into sentences
   that fit, as `translate(too_long="split")` cuts;
 - batch sizes in `batch_sizes` (powers of two up to `max_batch_size`, fewer
   rows for wide buckets so that no batch holds more than `max_batch_tokens`
@@ -26,10 +26,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from keras_transformer.generation.settings import SearchSettings
+from keras_transformer.generation.settings import LENGTH_BUCKET, SearchSettings, bucketed
 from keras_transformer.generation.translation import source_segments
 
-LENGTH_STEP = 16  # `TransformerPreprocessor.pack_sources`' default bucket
 SPECIAL_POSITIONS = 2  # the room `pack_sources` keeps for <s> and </s>
 
 
@@ -67,10 +66,10 @@ class ModelEngine:
         self.name = name
         self.search = search or model.default_search
         widest = min(max_source_bucket, model.max_source_tokens + SPECIAL_POSITIONS)
-        self.length_buckets = tuple(range(LENGTH_STEP, widest + 1, LENGTH_STEP))
+        self.length_buckets = tuple(range(LENGTH_BUCKET, widest + 1, LENGTH_BUCKET))
         if not self.length_buckets:
             raise ValueError(
-                f"max_source_bucket={max_source_bucket} leaves no source width: give at least {LENGTH_STEP}."
+                f"max_source_bucket={max_source_bucket} leaves no source width: give at least {LENGTH_BUCKET}."
             )
         self.max_batch_tokens = max_batch_tokens
         self.batch_sizes = tuple(size for size in _powers_of_two(max_batch_size))
@@ -87,7 +86,7 @@ class ModelEngine:
 
     def bucket_of(self, row: list[int]) -> int:
         """The source width a sentence of these token ids is decoded at."""
-        return -(-(len(row) + SPECIAL_POSITIONS) // LENGTH_STEP) * LENGTH_STEP
+        return bucketed(len(row) + SPECIAL_POSITIONS)
 
     def rows_per_batch(self, bucket: int) -> int:
         """The most sentences of `bucket`'s width decoded together."""
