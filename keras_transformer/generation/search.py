@@ -51,10 +51,9 @@ def _never_generated(scores, banned_ids):
 def first_argmax(x):
     """`argmax(x, axis=-1)` as int32 (the first index of the maximum).
 
-    Written as a max and a min over the indices holding it, because XLA
-    computes `argmax` on a CPU as one index-tracking reduction, several
-    times slower than these two plain reductions, and a noticeable part of a
-    small model's greedy step.
+    Written as a max and a min over the indices holding it: XLA computes
+    `argmax` on a CPU as one index-tracking reduction, slower than these two
+    plain ones (`benchmarks/RESULTS.md`, "Why the code takes these paths").
 
     Example:
     >>> import numpy as np
@@ -107,11 +106,11 @@ def best_extensions(logits, alive_scores, count: int, banned_ids, forced, end_to
     ties to the lowest (as `ops.top_k` does on TensorFlow and JAX;
     `torch.topk` promises no order among ties).
 
-    Written out, the beams x vocabulary scores and a top-k of them took XLA
-    on a CPU several times as long as the search's other work together, in
-    a small model (`benchmarks/decoding_ops.py`). The best scores lie in the
-    `count` chunks of about `chunk` consecutive tokens of one beam whose best
-    scores are the highest; and log-softmax and adding the beam's score keep
+    Scoring all beams x vocabulary extensions and taking a top-k of them
+    would be most of a small model's search on a CPU under XLA
+    (`benchmarks/RESULTS.md`, "Why the code takes these paths"). The best
+    scores lie in the `count` chunks of about `chunk` consecutive tokens of
+    one beam whose best scores are the highest; and log-softmax and adding the beam's score keep
     the order of a beam's logits, in floating point too (each step rounds
     monotonically). So a chunk's best score is that of its largest logit:
     only the chunks' maxima, each beam's log-sum-exp and the scores of the

@@ -2,10 +2,9 @@
 
 Keras draws dropout masks with TensorFlow's default generator (Philox) and
 with JAX's `jax.random` (Threefry written in JAX operations); XLA runs both
-slowly on a CPU, several times slower than its own Threefry generator
-(`jax.lax.rng_bit_generator` on JAX); with Philox, a small model's
-training step on TensorFlow spent about half its forward pass drawing
-masks.
+on a CPU more slowly than its own Threefry generator
+(`jax.lax.rng_bit_generator` on JAX), which this layer uses
+(`benchmarks/RESULTS.md`, "Why the code takes these paths").
 
 TensorFlow's own kernels implement only Philox, so there Threefry can be
 asked for only where XLA compiles the step: `Transformer.train_step` says

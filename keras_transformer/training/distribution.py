@@ -26,8 +26,8 @@ about it (tests/test_distributed.py checks each point):
   the number of replicas, and a loss with reduction
   `"mean_with_sample_weight"` (like `LabelSmoothedCrossEntropy`) divides by
   the replica's own token count, so the update follows the mean of
-  per-replica token means, not the token mean of the global batch (up to
-  6 % off in the test's losses). `GlobalTokenMean` divides by the
+  per-replica token means, not the token mean of the global batch
+  (`benchmarks/RESULTS.md`). `GlobalTokenMean` divides by the
   global token count instead; two replicas then match one device to 1e-6.
   On JAX the loss is computed on the global batch: no wrapper is needed.
 - Batches: token-bucketed batches vary in size and boolean padding masks
