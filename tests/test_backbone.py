@@ -141,31 +141,6 @@ def test_configs_saved_before_attention_dropout_load_without_it():
     assert kt.TransformerBackbone.from_config(config).attention_dropout == 0.0
 
 
-def test_logits_by_parts_are_the_logits_of_the_whole_vocabulary():
-    from keras_transformer.models.transformer_backbone import logits_by_parts
-
-    rng = np.random.default_rng(0)
-    hidden = rng.normal(size=(130, 1, 16)).astype("float32")
-    embeddings = rng.normal(size=(1001, 16)).astype("float32")  # parts of 250 and 251 tokens
-    np.testing.assert_allclose(
-        ops.convert_to_numpy(logits_by_parts(hidden, embeddings, parts=4)), hidden @ embeddings.T, rtol=1e-5, atol=1e-4
-    )
-
-
-def test_a_decoding_steps_logits_are_the_backbones_logits_for_any_rows():
-    # 128 rows and 16,000 tokens: on JAX the step computes them by parts.
-    backbone = kt.TransformerBackbone(vocabulary_size=16_000, use_logits_bias=True, **TINY_CONFIG)
-    backbone.logits_bias.bias.assign(np.linspace(-1, 1, 16_000).astype("float32"))
-    for rows in (8, 128):
-        hidden = np.random.default_rng(rows).normal(size=(rows, 1, 16)).astype("float32")
-        np.testing.assert_allclose(
-            ops.convert_to_numpy(backbone.decoding_logits(hidden)),
-            ops.convert_to_numpy(backbone.logits(hidden)),
-            rtol=1e-5,
-            atol=1e-5,
-        )
-
-
 def test_a_separate_target_vocabulary_has_its_own_tied_embedding():
     backbone = kt.TransformerBackbone(
         vocabulary_size=40,

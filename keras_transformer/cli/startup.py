@@ -9,9 +9,9 @@ things only work before that import:
   `export` always runs on TensorFlow.
 - TensorFlow's and XLA's native start-up lines ("I0000 ... cudart_stub.cc
   ... Could not find cuda drivers", "WARNING: All log messages before
-  absl::InitializeLog() ...") are kept off the terminal. TensorFlow 2.19 and
-  later write them through absl before reading `TF_CPP_MIN_LOG_LEVEL`, so no
-  setting silences them: file descriptor 2 becomes a pipe whose lines are
+  absl::InitializeLog() ...") are kept off the terminal. TensorFlow writes
+  them through absl before reading `TF_CPP_MIN_LOG_LEVEL`, so no setting
+  silences them: file descriptor 2 becomes a pipe whose lines are
   forwarded to the real stderr unless they have the native log format.
   Python's own stderr (warnings, errors, progress bars) writes to the real
   stderr directly.

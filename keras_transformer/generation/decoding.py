@@ -16,6 +16,7 @@ import keras
 from keras import ops
 
 from keras_transformer.generation import search
+from keras_transformer.generation.acceleration import step_logits
 from keras_transformer.generation.settings import SearchSettings
 from keras_transformer.layers.products import cpu_has_bfloat16_instructions
 from keras_transformer.models.transformer_backbone import TransformerBackbone
@@ -27,18 +28,17 @@ def resolve_jit_compile(jit_compile: bool | str = "auto", training_dtype: str | 
     training in bfloat16 on TensorFlow on a CPU with bfloat16 instructions.
 
     Keras resolves `jit_compile="auto"` to False for TensorFlow on a machine
-    without a GPU, so training and decoding would run uncompiled on CPUs,
-    where XLA makes both markedly faster too (`benchmarks/`). Keras' other
-    reason stays: no XLA inside a
-    `tf.distribute` strategy's scope (its mirrored variables live on several
-    devices, which XLA refuses). On torch, "auto" stays eager
-    (`torch.compile` is opt-in with `jit_compile=True`).
+    without a GPU; here CPUs keep XLA, which speeds up training and decoding
+    there too. Keras' other reason stays: no XLA inside a `tf.distribute`
+    strategy's scope (its mirrored variables live on several devices, which
+    XLA refuses). On torch, "auto" stays eager (`torch.compile` is opt-in
+    with `jit_compile=True`).
 
-    TensorFlow's own (oneDNN) kernels run every bfloat16 product on the
-    CPU's bfloat16 units, while under XLA the weight gradients stay float32
-    (`layers.products`): bfloat16 training steps, dominated by
-    large products, are faster without XLA there. Decoding, many small
-    steps, stays faster with XLA.
+    Under XLA, TensorFlow keeps a bfloat16 step's weight gradients in
+    float32 (`layers.products`), while its own kernels run them on the CPU's
+    bfloat16 units: so bfloat16 training there runs without XLA, and
+    decoding, many small steps, with it. The measurements are in
+    `benchmarks/RESULTS.md` ("Why the code takes these paths").
 
     Args:
         jit_compile: True, False or "auto".
@@ -106,15 +106,16 @@ def search_step(
     max_lengths = ops.sum(ops.cast(is_text, "int32"), axis=-1) + max_extra_length + 1
 
     cross_cache = backbone.cross_attention_cache(encoder_output)
-    output_kernel = backbone.decoding_output_kernel()
+    # The backend's and CPU's way to the logits, chosen once per traced search.
+    logits_of = step_logits(backbone)
     start = ops.full((batch, 1), start_token_id, dtype="int32")
     logits, self_cache = backbone.decode_step(
-        start, 0, source_mask, backbone.empty_cache(batch, buffer_length), cross_cache, output_kernel
+        start, 0, source_mask, backbone.empty_cache(batch, buffer_length), cross_cache, logits_of
     )
     first_logits = ops.cast(logits[:, 0, :], "float32")
 
     def step(token_ids, index, cache):
-        logits, cache = backbone.decode_step(token_ids, index, source_mask, cache, cross_cache, output_kernel)
+        logits, cache = backbone.decode_step(token_ids, index, source_mask, cache, cross_cache, logits_of)
         return ops.cast(logits[:, 0, :], "float32"), cache
 
     if "decoder_padding_mask" in inputs:
@@ -211,9 +212,8 @@ def compiled_search(
         import tensorflow as tf
 
         # The search is written with `ops.while_loop` and has no Python
-        # control flow on tensors, so AutoGraph has nothing to convert; left
-        # on, rewriting the source of every function the trace enters takes
-        # about half of a first call.
+        # control flow on tensors: AutoGraph, which would rewrite the source
+        # of every function the trace enters, only slows the first call.
         return tf.function(function, jit_compile=jit_compile, autograph=False)
     if backend == "jax":
         import jax

@@ -5,19 +5,11 @@ computed by `attention.scaled_dot_product_attention` as in training), with
 the layer's own W^Q, W^K, W^V and W^O, where K and V of earlier positions
 come from a cache instead of being recomputed.
 
-KerasHub's `CachedMultiHeadAttention` does this with keys and values stacked
-in one `(batch, 2, length, heads, head_dim)` tensor that it slices apart and
-stacks again at every step, and Keras' attention reads keys laid out
-`(batch, length, heads, head_dim)`. Compiled by XLA, the stack copies every
-layer's whole cache at every step and the layout makes it transpose the keys
-again, so a step's cost grew with the output buffer far faster than the
-attention itself. Here keys and values are separate tensors, values laid
-out `(batch, heads, length, head_dim)` and keys `(batch, heads, head_dim,
-length)`, each written in place at the step's position (`utils.slice_update`),
-and equation 1 is two batched matrix products, `Q K^T` on keys already
-transposed (XLA on a CPU takes several times longer for it on keys laid out
-like the values). A step's cost now grows with the buffer about as the
-attention itself does (`python -m benchmarks.decoding_steps` measures it).
+Keys and values are separate tensors, values `(batch, heads, length,
+head_dim)` and keys `(batch, heads, head_dim, length)` (transposed for `Q
+K^T`), each written in place at the step's position (`utils.slice_update`),
+so that a compiled step copies no cache and transposes no keys (unlike
+KerasHub's `CachedMultiHeadAttention`; `benchmarks/RESULTS.md`).
 """
 
 from keras import ops
@@ -46,9 +38,8 @@ def empty_keys_values(sentences: int, length: int, num_heads: int, head_dim: int
 # never move. Each hypothesis keeps a row of `slot_owners` `(sentences *
 # beams, length)`: for each position it has decoded, which beam's slot holds
 # it (-1 where nothing is decoded yet). When beam search keeps a hypothesis
-# grown from another beam, only that small table is reordered; moving every
-# layer's keys and values to follow the beams instead cost a quarter of a base
-# beam-4 step here (`benchmarks/decoding_profile.py`, "cache reorder"). The
+# grown from another beam, only that small table is reordered, not every
+# layer's keys and values (`benchmarks/RESULTS.md`, "cache reorder"). The
 # attention reads all the slots of its sentence and masks those that are not
 # in the hypothesis' history, which also lets the beams of a sentence read
 # its cache once, as query positions (as the cross-attention does).

@@ -11,7 +11,6 @@ from keras_transformer.layers import (
     ScaledSharedEmbedding,
     SinusoidalPositionEncoding,
 )
-from keras_transformer.layers import products
 from keras_transformer.layers.cached_attention import (
     empty_keys_values,
     empty_slot_owners,
@@ -22,25 +21,6 @@ from keras_transformer.layers.cached_attention import (
 from keras_transformer.layers.threefry_dropout import ThreefryDropout
 from keras_transformer.training.recipe import TrainingRecipe
 from keras_transformer.utils import special_tokens
-
-
-@products.accumulating_in_float32
-def logits_by_parts(hidden, embeddings, parts: int):
-    """`hidden @ embeddings^T` as `parts` products over consecutive slices of
-    the vocabulary, joined: the same logits, as independent operations.
-
-    Example:
-    >>> import numpy as np
-    >>> h, e = np.ones((2, 1, 3), "float32"), np.arange(15, dtype="float32").reshape(5, 3)
-    >>> np.asarray(logits_by_parts(h, e, parts=2))[0, 0].tolist()
-    [3.0, 12.0, 21.0, 30.0, 39.0]
-    """
-    vocabulary = ops.shape(embeddings)[0]
-    edges = [vocabulary * i // parts for i in range(parts + 1)]
-    embeddings = ops.cast(embeddings, hidden.dtype)
-    return ops.concatenate(
-        [products.dense(hidden, ops.transpose(embeddings[start:end])) for start, end in zip(edges, edges[1:])], axis=-1
-    )
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -265,59 +245,6 @@ class TransformerBackbone(keras_hub.models.Backbone):
             logits = self.logits_bias(logits)
         return logits
 
-    @products.accumulating_in_float32
-    def decoding_logits(self, hidden, output_kernel=None):
-        """`logits(hidden)` for one decoding step, `hidden` `(rows, 1, d_model)`;
-        `output_kernel`: `decoding_output_kernel()`'s, if it made one.
-
-        On JAX, with 128 rows or more (beam search) and a vocabulary of
-        16,000 tokens or more, `hidden @ E^T` runs as four products over
-        quarters of the vocabulary: XLA's CPU runtime in jaxlib 0.10 spreads
-        one such product badly over the threads, and runs independent ones
-        side by side: in quarters, base beam search decodes about a third
-        faster, the same tokens (`benchmarks/RESULTS.md`). Quarters are slower
-        with fewer rows or a smaller vocabulary, and on TensorFlow one product
-        is the fastest at every size.
-        """
-        embedding = self.decoder_token_embedding
-        if output_kernel is not None:
-            logits = products.dense(hidden, output_kernel)
-        else:
-            plain = keras.config.backend() == "jax" and self._output_projection_is_plain()
-            rows = hidden.shape[0]
-            if not plain or rows is None or rows < 128 or embedding.input_dim < 16_000:
-                return self.logits(hidden)
-            logits = logits_by_parts(hidden, embedding.embeddings, parts=4)
-        if self.logits_bias is not None:
-            logits = self.logits_bias(logits)
-        return logits
-
-    def decoding_output_kernel(self):
-        """`E^T` `(d_model, vocabulary)` in bfloat16, for `decoding_logits`,
-        where TensorFlow's XLA would otherwise compute `h E^T` in float32; else
-        None. A search computes it once, outside its loop: XLA's bfloat16
-        kernels take the vocabulary as the second operand's last axis
-        (`layers.products`), and each step then reads the kernel
-        as bfloat16, half the bytes of the float32 variable it casts."""
-        routed = (
-            keras.config.backend() == "tensorflow"
-            and self.compute_dtype == "bfloat16"
-            and self._output_projection_is_plain()
-            and products.layers_sum_in_float32()
-        )
-        return ops.transpose(ops.cast(self.decoder_token_embedding.embeddings, "bfloat16")) if routed else None
-
-    def _output_projection_is_plain(self) -> bool:
-        """Whether `logits` is `hidden @ E^T` of the unquantized tied
-        embedding and nothing else, so the decoding paths may compute it themselves."""
-        embedding = self.decoder_token_embedding
-        return (
-            embedding.tie_weights
-            and embedding.quantization_mode is None
-            and embedding.reverse_dtype is None
-            and embedding.logit_soft_cap is None
-        )
-
     def embed_source(self, token_ids, training=None):
         """The encoder's input: `Dropout(E[ids] * sqrt(d_model) + PE)` of source tokens (sections 3.4, 3.5, 5.4)."""
         return self._embed(token_ids, self.token_embedding, self.encoder_embedding_dropout, 0, training)
@@ -351,7 +278,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         return tuple(block.cross_attention_cache(encoder_output) for block in self.decoder_blocks)
 
     def decode_step(
-        self, token_ids, index, encoder_padding_mask, self_attention_cache, cross_attention_cache, output_kernel=None
+        self, token_ids, index, encoder_padding_mask, self_attention_cache, cross_attention_cache, step_logits=None
     ):
         """Decodes the tokens at position `index` with cached keys and values.
 
@@ -366,7 +293,8 @@ class TransformerBackbone(keras_hub.models.Backbone):
                 positions decoded so far; position `index`'s are written here.
             cross_attention_cache: `cross_attention_cache(encoder_output)`,
                 one copy per sentence, which all its beams read.
-            output_kernel: `decoding_output_kernel()`'s, made once per search.
+            step_logits: how to turn the decoder states into logits;
+                `logits` by default (a search's: `generation.acceleration`).
 
         Returns:
             `(logits, self_attention_cache)`, logits `(rows, 1,
@@ -384,7 +312,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
             caches.append(self_cache)
         if self.decoder_final_norm is not None:
             x = self.decoder_final_norm(x)
-        return self.decoding_logits(x, output_kernel), {"slot_owners": slot_owners, "layers": tuple(caches)}
+        return (step_logits or self.logits)(x), {"slot_owners": slot_owners, "layers": tuple(caches)}
 
     def empty_cache(self, sentences, length) -> dict:
         """The self-attention cache of one hypothesis per sentence, for

@@ -6,6 +6,7 @@ import warnings
 import keras
 import keras_hub
 
+from keras_transformer.generation.settings import LENGTH_BUCKET, bucketed
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.models.transformer_tokenizer import TransformerTokenizer
 from keras_transformer.utils.text_libraries import tf
@@ -114,7 +115,7 @@ class TransformerPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
             # The target keeps one token fewer: inputs and labels are shifted.
             self._report_cut(self._tokenize(x["decoder_text"]), decoder_length - 1, "target")
 
-    def pack_sources(self, rows: list[list[int]], bucket: int = 16) -> dict:
+    def pack_sources(self, rows: list[list[int]], bucket: int = LENGTH_BUCKET) -> dict:
         """Token id lists packed as this preprocessor packs sources, as arrays.
 
         The length is padded to the next multiple of `bucket`, so that a
@@ -123,7 +124,7 @@ class TransformerPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
         if not self.built:
             self.build(None)
         longest = max((len(ids) for ids in rows), default=0) + 2  # room for start and end
-        length = -(-longest // bucket) * bucket
+        length = bucketed(longest, bucket)
         ragged = tf.ragged.constant(rows, dtype="int32", ragged_rank=1) if rows else tf.zeros((0, 0), "int32")
         token_ids, padding_mask = self.encoder_packer(ragged, sequence_length=length)
         return {

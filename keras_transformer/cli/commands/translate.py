@@ -55,8 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=PRECISIONS,
         default="float32",
         help="float32 (default); bfloat16 (Keras' mixed_bfloat16 policy) or int8 (Keras' int8 quantization, "
-        "weights a quarter the size). Measured on multi30k_en_de: about 0.1 BLEU lower and, on a CPU "
-        "without bfloat16 or int8 matrix units, not faster (benchmarks/RESULTS.md)",
+        "weights a quarter the size); their BLEU and speed against float32 are in benchmarks/RESULTS.md",
     )
     parser.add_argument(
         "--target-language",
@@ -93,12 +92,10 @@ def _compile_search(args: argparse.Namespace, total: int | None) -> bool:
     """Whether to compile the search, for `--compile`.
 
     A one-shot command pays for the compilation every time it starts. On
-    TensorFlow, compiling the search takes longer than decoding a few
-    sentences eagerly and pays off from about `EAGER_MAX_SENTENCES` on (end
-    to end with multi30k_en_de, beam 4; `benchmarks/`), so TensorFlow
-    decodes up to that many eagerly. JAX compiles faster than it runs
-    eagerly, even for one sentence, and PyTorch always decodes eagerly, so
-    "auto" compiles there.
+    TensorFlow, compiling the search pays off from about
+    `EAGER_MAX_SENTENCES` sentences on, so TensorFlow decodes up to that many
+    eagerly; JAX compiles for any number, and PyTorch always decodes
+    eagerly (`benchmarks/RESULTS.md`, "Why the code takes these paths").
     """
     import keras
 

@@ -1,0 +1,94 @@
+"""How a compiled search computes each step's logits, chosen once per backend and CPU.
+
+A decoding step ends in the output projection `hidden @ E^T` (section 3.4)
+over the whole vocabulary, its largest product. `step_logits` picks, when a
+search is traced, how its steps compute it: every way gives the values of
+`TransformerBackbone.logits`, and each is taken where it measured faster
+(`benchmarks/RESULTS.md`, "Why the code takes these paths").
+"""
+
+from collections.abc import Callable
+
+import keras
+from keras import ops
+
+from keras_transformer.layers import products
+
+# Beam search of a batch: from this many rows and vocabulary entries, JAX
+# computes the projection in `VOCABULARY_PARTS` independent products.
+PARTS_MIN_ROWS = 128
+PARTS_MIN_VOCABULARY = 16_000
+VOCABULARY_PARTS = 4
+
+
+def step_logits(backbone) -> Callable:
+    """The function a search's steps turn decoder states `(rows, 1, d_model)`
+    into logits with: `backbone.logits`, or, where the projection is the
+    plain tied product,
+
+    - on TensorFlow, bfloat16 layers summing in float32 under XLA
+      (`layers.products`): a product with `E^T` cast to bfloat16 and
+      transposed here, once per search, since XLA's bfloat16 kernels take
+      the vocabulary as the second operand's last axis;
+    - on JAX: `logits_by_parts` for `PARTS_MIN_ROWS` rows or more and
+      `PARTS_MIN_VOCABULARY` tokens or more, which XLA's CPU runtime runs
+      side by side.
+
+    Call it inside the traced search, outside its loop.
+    """
+    embedding = backbone.decoder_token_embedding
+    if not _is_plain_projection(embedding):
+        return backbone.logits
+    backend = keras.config.backend()
+    if backend == "tensorflow" and backbone.compute_dtype == "bfloat16" and products.layers_sum_in_float32():
+        kernel = ops.transpose(ops.cast(embedding.embeddings, "bfloat16"))
+
+        @products.accumulating_in_float32
+        def logits_from_transposed_kernel(hidden):
+            return _with_bias(backbone, products.dense(hidden, kernel))
+
+        return logits_from_transposed_kernel
+    if backend == "jax" and embedding.input_dim >= PARTS_MIN_VOCABULARY:
+
+        def logits_of_many_rows_by_parts(hidden):
+            rows = hidden.shape[0]
+            if rows is None or rows < PARTS_MIN_ROWS:
+                return backbone.logits(hidden)
+            return _with_bias(backbone, logits_by_parts(hidden, embedding.embeddings, VOCABULARY_PARTS))
+
+        return logits_of_many_rows_by_parts
+    return backbone.logits
+
+
+@products.accumulating_in_float32
+def logits_by_parts(hidden, embeddings, parts: int):
+    """`hidden @ embeddings^T` as `parts` products over consecutive slices of
+    the vocabulary, joined: the same logits, as independent operations.
+
+    Example:
+    >>> import numpy as np
+    >>> h, e = np.ones((2, 1, 3), "float32"), np.arange(15, dtype="float32").reshape(5, 3)
+    >>> np.asarray(logits_by_parts(h, e, parts=2))[0, 0].tolist()
+    [3.0, 12.0, 21.0, 30.0, 39.0]
+    """
+    vocabulary = ops.shape(embeddings)[0]
+    edges = [vocabulary * i // parts for i in range(parts + 1)]
+    embeddings = ops.cast(embeddings, hidden.dtype)
+    return ops.concatenate(
+        [products.dense(hidden, ops.transpose(embeddings[start:end])) for start, end in zip(edges, edges[1:])], axis=-1
+    )
+
+
+def _with_bias(backbone, logits):
+    return logits if backbone.logits_bias is None else backbone.logits_bias(logits)
+
+
+def _is_plain_projection(embedding) -> bool:
+    """Whether the embedding's reverse call is `hidden @ E^T` of its unquantized
+    tied matrix and nothing else, so that a search may compute it itself."""
+    return (
+        embedding.tie_weights
+        and embedding.quantization_mode is None
+        and embedding.reverse_dtype is None
+        and embedding.logit_soft_cap is None
+    )

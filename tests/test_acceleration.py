@@ -1,0 +1,48 @@
+"""The search's backend- and CPU-specific ways to a step's logits give the backbone's logits."""
+
+import keras
+import numpy as np
+from keras import ops
+
+import keras_transformer as kt
+from helpers import TINY_CONFIG
+from keras_transformer.generation import acceleration
+
+
+def test_logits_by_parts_are_the_logits_of_the_whole_vocabulary():
+    rng = np.random.default_rng(0)
+    hidden = rng.normal(size=(130, 1, 16)).astype("float32")
+    embeddings = rng.normal(size=(1001, 16)).astype("float32")  # parts of 250 and 251 tokens
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(acceleration.logits_by_parts(hidden, embeddings, parts=4)),
+        hidden @ embeddings.T,
+        rtol=1e-5,
+        atol=1e-4,
+    )
+
+
+def test_a_search_steps_logits_are_the_backbones_logits_for_any_rows(monkeypatch):
+    # 128 rows and 16,000 tokens: on JAX the step computes them by parts.
+    backbone = kt.TransformerBackbone(vocabulary_size=16_000, use_logits_bias=True, **TINY_CONFIG)
+    backbone.logits_bias.bias.assign(np.linspace(-1, 1, 16_000).astype("float32"))
+    logits_of = acceleration.step_logits(backbone)
+    by_parts = []
+    original = acceleration.logits_by_parts
+    monkeypatch.setattr(acceleration, "logits_by_parts", lambda *args: by_parts.append(len(args[0])) or original(*args))
+    for rows in (8, 128):
+        hidden = np.random.default_rng(rows).normal(size=(rows, 1, 16)).astype("float32")
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(logits_of(hidden)),
+            ops.convert_to_numpy(backbone.logits(hidden)),
+            rtol=1e-5,
+            atol=1e-5,
+        )
+    assert by_parts == ([128] if keras.config.backend() == "jax" else [])
+
+
+def test_a_quantized_or_small_model_takes_the_backbones_logits():
+    small = kt.TransformerBackbone(vocabulary_size=100, **TINY_CONFIG)
+    assert acceleration.step_logits(small) == small.logits
+    large = kt.TransformerBackbone(vocabulary_size=16_000, **TINY_CONFIG)
+    large.quantize("int8")
+    assert acceleration.step_logits(large) == large.logits
