@@ -338,7 +338,7 @@ def test_tensorflow_trains_bfloat16_without_xla_and_decodes_with_it(monkeypatch,
         pytest.skip("XLA is chosen per dtype on TensorFlow only")
     from helpers import make_model
     from keras_transformer.generation import decoding
-    from keras_transformer.models import transformer
+    from keras_transformer.models import transformer_generation
 
     for has_units, expected in ((False, True), (True, False)):  # ends with bfloat16 units
         monkeypatch.setattr(decoding, "cpu_has_bfloat16_instructions", lambda has_units=has_units: has_units)
@@ -349,7 +349,9 @@ def test_tensorflow_trains_bfloat16_without_xla_and_decodes_with_it(monkeypatch,
 
     # A compiled bfloat16 model: training steps without XLA, its searches with it.
     searches = []
-    monkeypatch.setattr(transformer, "compiled_search", lambda model, jit, *args: searches.append(jit) or (1 / 0))
+    monkeypatch.setattr(
+        transformer_generation, "compiled_search", lambda model, jit, *args: searches.append(jit) or (1 / 0)
+    )
     model = make_model(tokenizer, dtype="mixed_bfloat16")
     model.compile()
     assert model.jit_compile is False

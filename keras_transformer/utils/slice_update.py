@@ -48,6 +48,8 @@ def slice_update(inputs, start_indices, updates):
     """
     backend = keras.config.backend()
     if backend == "torch" and _IN_PLACE.get():
+        # A broadcast view shares memory between its elements: write into a copy, which the search then owns.
+        inputs = inputs.contiguous()
         starts = [int(start) for start in start_indices]
         target = inputs[tuple(slice(start, start + size) for start, size in zip(starts, updates.shape, strict=True))]
         target.copy_(updates)
