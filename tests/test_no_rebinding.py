@@ -97,6 +97,7 @@ def test_the_loader_hook_is_put_in_place_once():
 
     module_name, attribute = library_internals.TRANSFORMERS_LOADER_HOOK
     module = sys.modules[module_name]
+    library_internals.register_transformers_loader("marian", MarianPresetLoader)
     hook = getattr(module, attribute)
     library_internals.register_transformers_loader("marian", MarianPresetLoader)
     assert getattr(module, attribute) is hook
