@@ -70,9 +70,9 @@ def role_of(op_name: str, is_matrix_product: bool) -> str:
         return "once per batch"
     if "token_embedding" in op_name and is_matrix_product:
         return "output projection"
-    if "feedforward" in op_name and is_matrix_product:
+    if re.search(r"feed_?forward", op_name) and is_matrix_product:
         return "feed-forward"
-    if re.search(r"/(query|key|value|attention_output)(_\d+)?/", op_name) and is_matrix_product:
+    if re.search(r"/(query|key|value|attention_output|output)(_projection)?(_\d+)?/", op_name) and is_matrix_product:
         return "attention projections"
     if is_matrix_product:
         return "attention products"
