@@ -8,8 +8,8 @@ steps on the same global batches and compares losses and weights with one
 device. Measured on this machine (float32, dropout 0): MirroredStrategy with
 `GlobalTokenMean` and JAX DataParallel (one process or two) agree with one
 device to within 1e-6 in every step's loss; MirroredStrategy without it
-differs by 0.08 to 0.24 in every loss (up to 6 %), because replicas that
-received short sentences weigh their tokens more.
+differs by 0.006 to 0.20 (up to 5 %), most after the first steps, because
+replicas that received short sentences weigh their tokens more.
 """
 
 import json
@@ -193,8 +193,10 @@ def test_mirrored_matches_one_device_with_global_token_mean(single_device_tensor
 def test_mirrored_without_global_token_mean_averages_replica_means(single_device_tensorflow, tmp_path):
     # Keras' own scaling: mean over replicas of each replica's token mean.
     # The worker's batches give replica 0 short sentences, so this differs.
+    # The first step barely differs: at initialisation every token's loss is
+    # close to log(vocabulary), so both token means are alike.
     run = run_worker(tmp_path, "tensorflow", "--strategy", "mirrored", "--devices", "2")
-    difference = abs(run["losses"][0] - single_device_tensorflow["losses"][0])
+    difference = max(abs(a - b) for a, b in zip(run["losses"], single_device_tensorflow["losses"]))
     assert difference > 0.05, (
         f"Keras now averages tokens globally (difference {difference}); GlobalTokenMean may be unnecessary"
     )
