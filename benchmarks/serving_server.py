@@ -178,6 +178,7 @@ def project_model(checkpoint: Path, precision: str, new_tokens: int):
 
     from benchmarks.project import FixedLengthBackbone
     from keras_transformer import Transformer, TransformerPreprocessor, TransformerTokenizer
+    from keras_transformer.generation.settings import LENGTH_BUCKET
     from keras_transformer.marian.config import backbone_arguments
     from keras_transformer.marian.convert import load_marian_weights
 
@@ -186,7 +187,7 @@ def project_model(checkpoint: Path, precision: str, new_tokens: int):
         back: random weights choose any of the checkpoint's ids, most of them
         past the preset's vocabulary, folded into it before detokenizing."""
 
-        def pack_sources(self, rows, bucket=16):
+        def pack_sources(self, rows, bucket=LENGTH_BUCKET):
             return super().pack_sources([in_vocabulary(row, vocabulary_size) for row in rows], bucket)
 
         def generate_postprocess(self, x):

@@ -142,6 +142,6 @@ def test_lowercase_tokenize_reproduces_multi30k_tokenized_test_set(multi30k):
     [("test.de", "de"), ("test_2016_flickr.fr.gz", "fr"), ("x/test.lc.norm.tok.en.gz", "en"), ("refs.txt", None)],
 )
 def test_target_language_comes_from_the_reference_suffix(path, language):
-    from keras_transformer.cli.commands.evaluate import _language_from_suffix
+    from keras_transformer.training.test_set import language_from_suffix
 
-    assert _language_from_suffix(path) == language
+    assert language_from_suffix(path) == language

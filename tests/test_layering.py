@@ -52,6 +52,7 @@ LAYERS = [
         "training.run_folder",
         "training.trainer",
         "training.run",
+        "training.test_set",
         "generation.serving",
         "generation.attention_maps",
         "generation.precision",
@@ -157,3 +158,12 @@ def test_the_check_finds_an_upward_import(tmp_path):
     module.write_text("def f():\n    from keras_transformer.cli import main\n")
     assert imported_modules(module) == {"cli.main"}
     assert layer_of("cli.main") > layer_of("models.transformer")
+
+
+MAX_MODULE_LINES = 400  # a module one reader follows in one sitting
+
+
+def test_no_module_is_over_the_line_limit():
+    lengths = {module: len(path.read_text(encoding="utf-8").splitlines()) for module, path in modules()}
+    long = [f"keras_transformer.{module}: {n} lines" for module, n in lengths.items() if n > MAX_MODULE_LINES]
+    assert not long, f"modules over {MAX_MODULE_LINES} lines; split them:\n" + "\n".join(long)

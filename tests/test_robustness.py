@@ -327,11 +327,11 @@ def test_training_killed_at_random_moments_resumes_losing_at_most_one_interval(t
     assert process.returncode == 0, output
     assert f"at step {expected_resume}." in output and f"trained to step {max_steps}" in output
     assert checkpoint_steps(run) == list(range(every, max_steps + 1, every))
-    assert not [name for name in os.listdir(run / "checkpoints") if name.startswith(".tmp-")]
+    assert not [name for name in os.listdir(run / "checkpoints") if name.startswith(".")]
 
 
 def test_a_resumed_run_removes_temporaries_of_a_killed_save(tmp_path):
-    stale = tmp_path / ".tmp-abc123.npz"
+    stale = tmp_path / ".ckpt-00000001.npz.partial-abc123"
     stale.write_bytes(b"half a checkpoint")
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")

@@ -402,3 +402,18 @@ def test_negative_length_penalty_is_refused(trained_model, alpha):
     # The early stop's bound on what a live beam can still reach needs alpha >= 0.
     with pytest.raises(ValueError, match="alpha"):
         trained_model.generate(["a dog"], alpha=alpha)
+
+
+def test_a_graph_packs_sources_as_translate_does(tiny_model):
+    # The SavedModel packs at one static width, then keeps the bucketed
+    # length: for sources the model takes whole, what `pack_sources` gives.
+    import tensorflow as tf
+
+    preprocessor = tiny_model.preprocessor
+    width = tiny_model.max_source_tokens + 2
+    in_graph = tf.function(lambda ids: preprocessor.pack_source_tensor(ids, width=width))
+    for rows in ([[5, 6, 7], [8]], [[9] * tiny_model.max_source_tokens], [[4, 5] * 3], []):
+        packed = preprocessor.pack_sources(rows)
+        ids, mask = in_graph(tf.ragged.constant(rows, dtype="int32", ragged_rank=1))
+        np.testing.assert_array_equal(ids.numpy(), packed["encoder_token_ids"])
+        np.testing.assert_array_equal(mask.numpy(), packed["encoder_padding_mask"])

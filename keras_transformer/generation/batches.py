@@ -106,8 +106,7 @@ def _used_width(padding_mask: np.ndarray) -> int:
 def target_token_ids(tokenizer, texts: list[str]) -> list[list[int]]:
     """Token ids of target-side texts (Marian's tokenizer segments them with
     its target model, the shared-vocabulary tokenizer as any text)."""
-    tokenize = getattr(tokenizer, "tokenize_target", tokenizer)
-    return [list(row) for row in to_list(tokenize(texts))]
+    return [list(row) for row in to_list(tokenizer.tokenize_target(texts))]
 
 
 def pack_prompts(rows: list[list[int]], start_token_id: int, pad_token_id: int, bucket: int = LENGTH_BUCKET) -> dict:
@@ -123,7 +122,7 @@ def pack_prompts(rows: list[list[int]], start_token_id: int, pad_token_id: int, 
     return {"decoder_token_ids": token_ids, "decoder_padding_mask": padding_mask}
 
 
-def widen(outputs: dict, length: int, pad_token_id: int) -> dict:
+def decoder_padded_to(outputs: dict, length: int, pad_token_id: int) -> dict:
     """Decoder token ids and padding mask padded to `length` positions."""
     extra = ((0, 0), (0, length - outputs["decoder_token_ids"].shape[1]))
     return {
@@ -153,7 +152,7 @@ def concatenate(results: list, pad_token_id: int):
     if not results or not isinstance(results[0], dict):
         return [text for result in results for text in (result if isinstance(result, list) else [result])]
     width = max(result["decoder_token_ids"].shape[1] for result in results)
-    results = [widen(result, width, pad_token_id) for result in results]
+    results = [decoder_padded_to(result, width, pad_token_id) for result in results]
     return {key: np.concatenate([result[key] for result in results]) for key in PROMPT_KEYS}
 
 

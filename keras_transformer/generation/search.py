@@ -51,9 +51,8 @@ def _never_generated(scores, banned_ids):
 def first_argmax(x):
     """`argmax(x, axis=-1)` as int32 (the first index of the maximum).
 
-    Written as a max and a min over the indices holding it: XLA computes
-    `argmax` on a CPU as one index-tracking reduction, slower than these two
-    plain ones (`benchmarks/RESULTS.md`, "Why the code takes these paths").
+    A max, then a min over the indices holding it: on a CPU, XLA runs these
+    faster than its index-tracking `argmax` (`benchmarks/RESULTS.md`).
 
     Example:
     >>> import numpy as np

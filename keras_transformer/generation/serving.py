@@ -44,20 +44,17 @@ Export runs on the TensorFlow backend only (the graph is a `tf.function`);
 """
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import keras
 
 from keras_transformer.generation.decoding import search_step
 from keras_transformer.generation.settings import SearchSettings
-from keras_transformer.generation.translation import language_tag_ids, with_target_language
-from keras_transformer.utils.files import fsync_directory
+from keras_transformer.models.transformer_preprocessor import SOURCE_SPECIAL_ROOM
+from keras_transformer.utils.files import folder_replaced_atomically
 from keras_transformer.utils.language_tags import LANGUAGE_TAG, language_tag
 
 OUTPUT_KEY = "outputs"
-SOURCE_BUCKET = 16  # source lengths are padded to a multiple of this, as in `translate`
 
 
 def export_saved_model(
@@ -74,8 +71,9 @@ def export_saved_model(
     """Writes `model` as a SavedModel that translates strings in its graph.
 
     The SavedModel is written into a temporary folder next to `directory`
-    and renamed into place when complete, so a failed export leaves nothing
-    half-written behind.
+    and renamed into place when complete
+    (`keras_transformer.utils.files.folder_replaced_atomically`), so a
+    failed export leaves nothing half-written behind.
 
     Args:
         model: a `keras_transformer.Transformer` with a preprocessor
@@ -114,42 +112,19 @@ def export_saved_model(
     if settings.beam_size is None:
         raise ValueError("beam_size must be a positive integer; greedy search is an input of the exported model.")
     # Checks the language (or its absence) as `translate` does, before any work.
-    with_target_language(model.preprocessor.tokenizer, [""], target_language)
+    model.preprocessor.tokenizer.with_target_language([""], target_language)
 
     target = Path(directory).resolve()
     if target.exists() and not target.is_dir():
         raise FileExistsError(f"{target} exists and is not a folder; choose another export folder.")
     if target.is_dir() and any(target.iterdir()) and not overwrite:
         raise FileExistsError(f"{target} is not empty; pass overwrite=True (--overwrite) to replace it.")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in target.parent.glob(f".{target.name}.partial-*"):
-        shutil.rmtree(stale, ignore_errors=True)  # left by a killed export
-    temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
-    try:
-        archive = _archive(model, settings, target_language)
-        archive.write_out(str(temporary), verbose=False)
-        _replace(temporary, target)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
+    with folder_replaced_atomically(target) as folder:
+        _export_archive(model, settings, target_language).write_out(str(folder), verbose=False)
     return target
 
 
-def _replace(new: Path, target: Path) -> None:
-    """Renames `new` to `target`; an existing `target` is moved aside first
-    and deleted last, so that a crash leaves the old export or the new one."""
-    if target.exists():
-        aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.previous-", dir=target.parent))
-        os.rename(target, aside / target.name)
-    os.rename(new, target)
-    fsync_directory(target.parent)
-    # The new export is in place: older ones (this one's, or one left by an
-    # export killed between the two renames) are obsolete.
-    for previous in target.parent.glob(f".{target.name}.previous-*"):
-        shutil.rmtree(previous)
-
-
-def _archive(model, settings: SearchSettings, target_language: str | None = None):
+def _export_archive(model, settings: SearchSettings, target_language: str | None = None):
     """A `keras.export.ExportArchive` holding the model and its two signatures."""
     import tensorflow as tf
 
@@ -158,31 +133,23 @@ def _archive(model, settings: SearchSettings, target_language: str | None = None
         preprocessor.build(None)  # makes the packers
     tokenizer = preprocessor.tokenizer
     backbone = model.backbone
-    room = model.max_source_tokens
+    max_source_tokens = model.max_source_tokens
     special_ids = [backbone.pad_token_id, backbone.start_token_id, backbone.end_token_id]
-    tag_ids = language_tag_ids(tokenizer)
+    tag_ids = tokenizer.language_tag_ids()
 
     def pack(texts):
-        """Token ids and mask, padded to a multiple of SOURCE_BUCKET as
-        `TransformerPreprocessor.pack_sources` pads them."""
+        """Token ids, mask and token counts; ids and mask packed as `translate` packs them."""
         if target_language is not None:
             untagged = tf.logical_not(tf.strings.regex_full_match(texts, LANGUAGE_TAG + ".*"))
             texts = tf.where(untagged, language_tag(target_language) + " " + texts, texts)
-        token_ids = tokenizer(texts)[:, :room]
-        # The packer pads to its fixed length; the bucket keeps the graph's
-        # work in proportion to the longest sentence of the batch.
-        ids, mask = preprocessor.encoder_packer(token_ids, sequence_length=room + 2)
-        # (The maximum of no lengths is the lowest int64, hence the 0.) The 2
-        # is `pack_sources`' room for <s> and </s>, for Marian's packing too.
-        longest = tf.maximum(tf.reduce_max(token_ids.row_lengths()), 0) + 2
-        length = tf.cast(-(-longest // SOURCE_BUCKET) * SOURCE_BUCKET, "int32")
-        length = tf.minimum(length, room + 2)
+        token_ids = tokenizer(texts)[:, :max_source_tokens]
+        ids, mask = preprocessor.pack_source_tensor(token_ids, width=max_source_tokens + SOURCE_SPECIAL_ROOM)
         lengths = token_ids.row_lengths()
         if tag_ids:
             # A language token alone is no text (`translate`).
             first = token_ids[:, :1].to_tensor(default_value=-1)[:, 0]
             lengths -= tf.cast(tf.reduce_any(first[:, None] == tf.constant(tag_ids, first.dtype), axis=-1), "int64")
-        return ids[:, :length], tf.cast(mask[:, :length], "int32"), lengths
+        return ids, tf.cast(mask, "int32"), lengths
 
     def translate(texts, beam, alpha_value):
         ids, mask, lengths = pack(texts)

@@ -65,24 +65,29 @@ def translate_texts(
 
 
 def source_segments(
-    model, texts: list[str], *, too_long: str = "split", target_language: str | None = None, room: int | None = None
+    model,
+    texts: list[str],
+    *,
+    too_long: str = "split",
+    target_language: str | None = None,
+    max_tokens: int | None = None,
 ) -> list[tuple[int, list[int]]]:
     """Each of `texts` (checked strings) as one or more `(input index, token
-    ids)` of at most `room` tokens (by default the most the model takes), as
+    ids)` of at most `max_tokens` tokens (by default the most the model takes), as
     `too_long` says; an empty text has none. A multilingual model's language
     token starts each one."""
     if too_long not in TOO_LONG_POLICIES:
         raise ValueError(f"too_long must be one of {TOO_LONG_POLICIES}; got {too_long!r}.")
-    room = model.max_source_tokens if room is None else min(room, model.max_source_tokens)
-    if room < 1:
+    max_tokens = model.max_source_tokens if max_tokens is None else min(max_tokens, model.max_source_tokens)
+    if max_tokens < 1:
         raise ValueError(
-            f"This model takes sources of at most {room} tokens: raise the "
+            f"This model takes sources of at most {max_tokens} tokens: raise the "
             "preprocessor's encoder_sequence_length or the backbone's max_sequence_length."
         )
     tokenizer = model.preprocessor.tokenizer
-    texts = with_target_language(tokenizer, texts, target_language)
+    texts = tokenizer.with_target_language(texts, target_language)
     token_ids = tokenize(tokenizer, texts) if texts else []
-    return _segments(tokenizer, texts, token_ids, room, too_long)
+    return _segments(tokenizer, texts, token_ids, max_tokens, too_long)
 
 
 def join_segments(num_texts: int, segments: list[tuple[int, list[int]]], translations: list[str]) -> list[str]:
@@ -93,29 +98,29 @@ def join_segments(num_texts: int, segments: list[tuple[int, list[int]]], transla
     return [" ".join(t for t in parts if t) for parts in results]
 
 
-def _segments(tokenizer, texts, token_ids, room, too_long) -> list[tuple[int, list[int]]]:
-    """Each input as one or more `(input index, token ids)` of at most `room` tokens."""
-    too_long_inputs = [i for i, ids in enumerate(token_ids) if len(ids) > room]
+def _segments(tokenizer, texts, token_ids, max_tokens, too_long) -> list[tuple[int, list[int]]]:
+    """Each input as one or more `(input index, token ids)` of at most `max_tokens` tokens."""
+    too_long_inputs = [i for i, ids in enumerate(token_ids) if len(ids) > max_tokens]
     if too_long_inputs and too_long == "error":
         first = too_long_inputs[0]
         raise ValueError(
-            f"texts[{first}] has {len(token_ids[first])} tokens, more than the {room} this "
+            f"texts[{first}] has {len(token_ids[first])} tokens, more than the {max_tokens} this "
             f"model takes ({len(too_long_inputs)} input(s) are too long); pass "
             "too_long='split' or too_long='truncate'."
         )
     if too_long_inputs and too_long == "truncate":
         warnings.warn(
-            f"{len(too_long_inputs)} input(s) longer than {room} tokens were truncated to "
-            f"{room} tokens (texts[{too_long_inputs[0]}] first); too_long='split' "
+            f"{len(too_long_inputs)} input(s) longer than {max_tokens} tokens were truncated to "
+            f"{max_tokens} tokens (texts[{too_long_inputs[0]}] first); too_long='split' "
             "translates them whole.",
             stacklevel=5,
         )
-    tags = set(language_tag_ids(tokenizer))
+    tags = set(tokenizer.language_tag_ids())
     segments = []
     for index, ids in enumerate(token_ids):
         # A text's language token starts each of its parts; alone, it is no text.
         tag = ids[:1] if ids and ids[0] in tags else []
-        body, space = ids[len(tag) :], room - len(tag)
+        body, space = ids[len(tag) :], max_tokens - len(tag)
         if len(body) <= space:
             parts = [body] if body else []
         elif too_long == "truncate":
@@ -126,35 +131,22 @@ def _segments(tokenizer, texts, token_ids, room, too_long) -> list[tuple[int, li
     return segments
 
 
-def with_target_language(tokenizer, texts: list[str], target_language: str | None) -> list[str]:
-    """`texts` with the token of `target_language` (or the tokenizer's own
-    default) before each text that has none, for a multilingual Marian
-    tokenizer, which checks the languages; a tokenizer of one target
-    language takes none (`TransformerTokenizer.with_target_language`)."""
-    return tokenizer.with_target_language(texts, target_language)
-
-
-def language_tag_ids(tokenizer) -> list[int]:
-    """The ids of the tokenizer's target-language tokens (none for most)."""
-    return tokenizer.language_tag_ids()
-
-
 def tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
     """Token ids of each text, as Python lists."""
     return [list(row) for row in to_list(tokenizer(texts))]
 
 
-def split_for_translation(tokenizer, text: str, room: int) -> list[list[int]]:
-    """Token ids of the sentences of `text`, too long ones cut to `room`
+def split_for_translation(tokenizer, text: str, max_tokens: int) -> list[list[int]]:
+    """Token ids of the sentences of `text`, too long ones cut to `max_tokens`
     (without the language token a tokenizer may add to each)."""
     vocabulary = None
     parts = []
-    tags = set(language_tag_ids(tokenizer))
+    tags = set(tokenizer.language_tag_ids())
     for ids in tokenize(tokenizer, split_sentences(text)):
         ids = ids[1:] if ids and ids[0] in tags else ids
-        while len(ids) > room:
+        while len(ids) > max_tokens:
             vocabulary = vocabulary or tokenizer.get_vocabulary()
-            cut = word_start_before(ids, room, vocabulary)
+            cut = word_start_before(ids, max_tokens, vocabulary)
             parts.append(ids[:cut])
             ids = ids[cut:]
         if ids:
@@ -162,14 +154,14 @@ def split_for_translation(tokenizer, text: str, room: int) -> list[list[int]]:
     return parts
 
 
-def word_start_before(ids: list[int], room: int, vocabulary: list[str]) -> int:
-    """Where to cut `ids` into at most `room` tokens: the last word start in
-    the second half of the window, or `room` if there is none. Cutting a
+def word_start_before(ids: list[int], max_tokens: int, vocabulary: list[str]) -> int:
+    """Where to cut `ids` into at most `max_tokens` tokens: the last word start in
+    the second half of the window, or `max_tokens` if there is none. Cutting a
     word's subwords apart would garble that word."""
-    for cut in range(room, room // 2, -1):
+    for cut in range(max_tokens, max_tokens // 2, -1):
         if vocabulary[ids[cut]].startswith(WORD_START):
             return cut
-    return room
+    return max_tokens
 
 
 def check_texts(texts) -> list[str]:

@@ -28,6 +28,7 @@ import keras
 import keras_hub
 
 from keras_transformer.models.transformer_backbone import TransformerBackbone
+from keras_transformer.models.transformer_tokenizer import TargetLanguages
 from keras_transformer.utils.language_tags import LANGUAGE_TAG, is_language_tag, language_tag, split_language_tag
 from keras_transformer.utils.library_internals import (
     add_special_token,
@@ -74,7 +75,7 @@ def _lookup_table(pieces: list[str], default_id: int):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class MarianTokenizer(keras_hub.tokenizers.Tokenizer):
+class MarianTokenizer(TargetLanguages, keras_hub.tokenizers.Tokenizer):
     """Source and target SentencePiece models mapped through one `vocab.json`.
 
     `tokenize` (and calling the layer) segments source text with the source

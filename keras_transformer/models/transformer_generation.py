@@ -8,6 +8,7 @@ from keras import ops
 
 from keras_transformer.generation.batches import (
     concatenate,
+    decoder_padded_to,
     is_dataset,
     pack_prompts,
     prompt_positions,
@@ -15,11 +16,10 @@ from keras_transformer.generation.batches import (
     target_token_ids,
     text_batch,
     token_id_batch,
-    widen,
 )
 from keras_transformer.generation.decoding import compiled_search, resolve_jit_compile
 from keras_transformer.generation.settings import SearchSettings
-from keras_transformer.generation.translation import to_list, tokenize, translate_texts, with_target_language
+from keras_transformer.generation.translation import to_list, tokenize, translate_texts
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 
 # Sentences end long before section 6.1's source + 50 limit (Multi30k: 13 to
@@ -154,7 +154,7 @@ class TransformerGeneration:
                     "a dict with 'encoder_token_ids' and 'encoder_padding_mask'."
                 )
             tokenizer = self.preprocessor.tokenizer
-            sources = with_target_language(tokenizer, texts.sources, target_language)
+            sources = tokenizer.with_target_language(texts.sources, target_language)
             token_ids = self.preprocessor.pack_sources(tokenize(tokenizer, sources))
             if texts.prefixes is not None:
                 backbone = self.backbone
@@ -171,7 +171,7 @@ class TransformerGeneration:
             if first_buffer is not None:
                 outputs = run_search(first_buffer, with_completion=True)
                 if outputs.pop("complete").all():
-                    outputs = widen(outputs, max_length, self.backbone.pad_token_id)
+                    outputs = decoder_padded_to(outputs, max_length, self.backbone.pad_token_id)
                 else:
                     outputs = None
         elif max_length <= (prefix_positions := prompt_positions(token_ids)):
@@ -198,7 +198,7 @@ class TransformerGeneration:
         if "decoder_padding_mask" in token_ids:  # a target prefix, which the search continues
             # A buffer narrower than the padded prompt leaves out only padding (generate checks it).
             prompt = {key: token_ids[key][:, :buffer_length] for key in ("decoder_token_ids", "decoder_padding_mask")}
-            inputs.update(widen(prompt, buffer_length, self.backbone.pad_token_id))
+            inputs.update(decoder_padded_to(prompt, buffer_length, self.backbone.pad_token_id))
         function = self._search_function(settings, with_completion)
         outputs = function({k: ops.convert_to_tensor(v) for k, v in inputs.items()})
         return {k: ops.convert_to_numpy(v) for k, v in outputs.items()}

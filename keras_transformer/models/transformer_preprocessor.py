@@ -5,6 +5,7 @@ import warnings
 
 import keras
 import keras_hub
+import numpy as np
 
 from keras_transformer.generation.settings import LENGTH_BUCKET, bucketed
 from keras_transformer.models.transformer_backbone import TransformerBackbone
@@ -12,6 +13,9 @@ from keras_transformer.models.transformer_tokenizer import TransformerTokenizer
 from keras_transformer.utils.text_libraries import tf
 
 TOO_LONG_POLICIES = ("warn", "error")
+# Positions a packed source adds to its tokens: <s> and </s> (Marian's
+# sources have no <s>, and the one spare position only pads).
+SOURCE_SPECIAL_ROOM = 2
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -67,15 +71,15 @@ class TransformerPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
         )
         self.too_long = too_long
 
-    def _report_cut(self, token_ids, room, side):
-        """Counts sentences longer than `room` tokens and warns or raises."""
+    def _report_cut(self, token_ids, max_tokens, side):
+        """Counts sentences longer than `max_tokens` tokens and warns or raises."""
         if isinstance(token_ids, tf.RaggedTensor):
             lengths = token_ids.row_lengths()
         else:  # KerasHub hands eager callers Python lists.
             lengths = tf.constant([len(ids) for ids in token_ids], "int64")
-        count = tf.reduce_sum(tf.cast(lengths > room, "int32"))
+        count = tf.reduce_sum(tf.cast(lengths > max_tokens, "int32"))
         message = (
-            f"{{}} {side} sentence(s) longer than {room} tokens were cut to fit "
+            f"{{}} {side} sentence(s) longer than {max_tokens} tokens were cut to fit "
             f"the {side} sequence length. Raise the sequence length, or filter "
             "long sentences out (too_long='error' raises instead)."
         )
@@ -121,16 +125,33 @@ class TransformerPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
         The length is padded to the next multiple of `bucket`, so that a
         compiled decoder sees few shapes.
         """
-        if not self.built:
-            self.build(None)
-        longest = max((len(ids) for ids in rows), default=0) + 2  # room for start and end
-        length = bucketed(longest, bucket)
-        ragged = tf.ragged.constant(rows, dtype="int32", ragged_rank=1) if rows else tf.zeros((0, 0), "int32")
-        token_ids, padding_mask = self.encoder_packer(ragged, sequence_length=length)
+        width = bucketed(max((len(ids) for ids in rows), default=0) + SOURCE_SPECIAL_ROOM, bucket)
+        if not rows:  # KerasHub's packer cannot slice an empty ragged batch eagerly
+            return {
+                "encoder_token_ids": np.zeros((0, width), "int32"),
+                "encoder_padding_mask": np.zeros((0, width), bool),
+            }
+        ragged = tf.ragged.constant(rows, dtype="int32", ragged_rank=1)
+        token_ids, padding_mask = self.pack_source_tensor(ragged, width, bucket)
         return {
             "encoder_token_ids": keras.ops.convert_to_numpy(token_ids),
             "encoder_padding_mask": keras.ops.convert_to_numpy(padding_mask),
         }
+
+    def pack_source_tensor(self, token_ids, width: int, bucket: int = LENGTH_BUCKET) -> tuple:
+        """`pack_sources` in TensorFlow ops, for graphs (the SavedModel's) too.
+
+        Packs ragged ids at the fixed `width` (a graph's packer needs a
+        static length), then keeps the next multiple of `bucket` after the
+        longest row, at most `width`. Returns `(token_ids, padding_mask)`.
+        """
+        if not self.built:
+            self.build(None)
+        ids, mask = self.encoder_packer(token_ids, sequence_length=width)
+        # (The maximum of no lengths is the lowest integer, hence the 0.)
+        longest = tf.maximum(tf.reduce_max(tf.cast(token_ids.row_lengths(), "int32")), 0) + SOURCE_SPECIAL_ROOM
+        length = tf.minimum(bucketed(longest, bucket), width)
+        return ids[:, :length], mask[:, :length]
 
     def _tokenize(self, text):
         text = tf.convert_to_tensor(text)

@@ -13,8 +13,54 @@ from keras_transformer.utils.special_tokens import END, END_ID, PAD, PAD_ID, STA
 from keras_transformer.utils.text_libraries import require_text_libraries, tf, tf_text
 
 
+class TargetLanguages:
+    """What translation asks a tokenizer about target languages.
+
+    These defaults describe a model of one target language whose one
+    vocabulary tokenizes both sides (`TransformerTokenizer`);
+    `keras_transformer.marian.MarianTokenizer` overrides them for
+    multilingual models (`>>deu<<` tokens) and separate target vocabularies.
+    """
+
+    target_vocabulary = None  # the target side shares the one vocabulary
+    target_language = None  # no language token is added
+
+    def target_languages(self) -> list[str]:
+        """The languages chosen by a token (`>>deu<<`): none, there is one target language."""
+        return []
+
+    def language_tag_ids(self) -> list[int]:
+        """The ids of target-language tokens: none."""
+        return []
+
+    def set_target_language(self, language: str | None) -> None:
+        """Sets the language whose token `tokenize` adds: none here.
+
+        Raises:
+            ValueError: `language` is not None.
+        """
+        self.with_target_language([], language)
+
+    def with_target_language(self, texts: list[str], language: str | None = None) -> list[str]:
+        """`texts` as they are: a model of one target language takes no language.
+
+        Raises:
+            ValueError: `language` is given.
+        """
+        if language is not None:
+            raise ValueError(
+                f"This model has no target-language tokens (got target_language={language!r}): "
+                "it translates into one language. Leave target_language out."
+            )
+        return list(texts)
+
+    def tokenize_target(self, inputs):
+        """Target text to token ids: the one vocabulary tokenizes both sides."""
+        return self.tokenize(inputs)
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TransformerTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
+class TransformerTokenizer(TargetLanguages, keras_hub.tokenizers.SentencePieceTokenizer):
     """A SentencePiece tokenizer shared by source and target (section 5.1).
 
     The paper encodes both languages with one joint byte-pair vocabulary, so
@@ -87,36 +133,6 @@ class TransformerTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
                 sentence_piece.vocab_size()
             except tf.errors.NotFoundError:
                 self.set_proto(self.proto)
-
-    # --- Target languages: one here; a multilingual tokenizer (Marian's) has several
-
-    target_vocabulary = None  # the target side shares the one vocabulary
-    target_language = None  # no language token is added
-
-    def target_languages(self) -> list[str]:
-        """The languages chosen by a token (`>>deu<<`): none, there is one target language."""
-        return []
-
-    def language_tag_ids(self) -> list[int]:
-        """The ids of target-language tokens: none."""
-        return []
-
-    def with_target_language(self, texts: list[str], language: str | None = None) -> list[str]:
-        """`texts` as they are: a model of one target language takes no language.
-
-        Raises:
-            ValueError: `language` is given.
-        """
-        if language is not None:
-            raise ValueError(
-                f"This model has no target-language tokens (got target_language={language!r}): "
-                "it translates into one language. Leave target_language out."
-            )
-        return list(texts)
-
-    def tokenize_target(self, inputs):
-        """Target text to token ids: the one vocabulary tokenizes both sides."""
-        return self.tokenize(inputs)
 
 
 def train_tokenizer(

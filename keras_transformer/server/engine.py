@@ -28,8 +28,7 @@ import numpy as np
 
 from keras_transformer.generation.settings import LENGTH_BUCKET, SearchSettings, bucketed
 from keras_transformer.generation.translation import source_segments
-
-SPECIAL_POSITIONS = 2  # the room `pack_sources` keeps for <s> and </s>
+from keras_transformer.models.transformer_preprocessor import SOURCE_SPECIAL_ROOM
 
 
 class ModelEngine:
@@ -65,7 +64,7 @@ class ModelEngine:
         self.model = model
         self.name = name
         self.search = search or model.default_search
-        widest = min(max_source_bucket, model.max_source_tokens + SPECIAL_POSITIONS)
+        widest = min(max_source_bucket, model.max_source_tokens + SOURCE_SPECIAL_ROOM)
         self.length_buckets = tuple(range(LENGTH_BUCKET, widest + 1, LENGTH_BUCKET))
         if not self.length_buckets:
             raise ValueError(
@@ -73,20 +72,19 @@ class ModelEngine:
             )
         self.max_batch_tokens = max_batch_tokens
         self.batch_sizes = tuple(size for size in _powers_of_two(max_batch_size))
-        self.room = self.length_buckets[-1] - SPECIAL_POSITIONS
+        self.max_sentence_tokens = self.length_buckets[-1] - SOURCE_SPECIAL_ROOM
 
     def target_languages(self) -> list[str]:
         """The ISO 639-3 names of a multilingual model's `>>xxx<<` tokens (none for others)."""
-        languages = getattr(self.model.preprocessor.tokenizer, "target_languages", None)
-        return languages() if languages else []
+        return self.model.preprocessor.tokenizer.target_languages()
 
     def segments(self, texts: list[str], target_language: str | None = None) -> list[tuple[int, list[int]]]:
         """`(text index, token ids)` of each sentence to decode (see `source_segments`)."""
-        return source_segments(self.model, texts, target_language=target_language, room=self.room)
+        return source_segments(self.model, texts, target_language=target_language, max_tokens=self.max_sentence_tokens)
 
     def bucket_of(self, row: list[int]) -> int:
         """The source width a sentence of these token ids is decoded at."""
-        return bucketed(len(row) + SPECIAL_POSITIONS)
+        return bucketed(len(row) + SOURCE_SPECIAL_ROOM)
 
     def rows_per_batch(self, bucket: int) -> int:
         """The most sentences of `bucket`'s width decoded together."""

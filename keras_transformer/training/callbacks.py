@@ -22,6 +22,7 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.utils import library_internals
+from keras_transformer.utils.files import file_replaced_atomically
 
 CURVES_CSV = "curves.csv"
 CURVES_PNG = "training_curves.png"
@@ -103,11 +104,10 @@ class TrainingMonitor(keras.callbacks.Callback):
         path = os.path.join(self.directory, CURVES_CSV)
         rows = read_curves(path) + [row]
         fields = list(dict.fromkeys(k for r in rows for k in r))
-        with open(path + ".tmp", "w", newline="") as f:
+        with file_replaced_atomically(path) as f:
             writer = csv.DictWriter(f, fields)
             writer.writeheader()
             writer.writerows(rows)
-        os.replace(path + ".tmp", path)
         if self.plot:
             plot_curves(rows, os.path.join(self.directory, CURVES_PNG))
 

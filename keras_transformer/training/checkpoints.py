@@ -25,14 +25,13 @@ Example:
 import glob
 import os
 import re
-import tempfile
 import time
 
 import keras
 import numpy as np
 
 from keras_transformer.utils import library_internals
-from keras_transformer.utils.files import fsync_directory
+from keras_transformer.utils.files import file_replaced_atomically
 
 CHECKPOINT_PATTERN = re.compile(r"ckpt-(\d+)\.npz$")
 
@@ -87,19 +86,8 @@ def _check_keep(keep: int | None) -> None:
 
 
 def _atomic_savez(path: str, arrays: dict) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".npz")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
-    fsync_directory(directory)  # make the rename itself durable
+    with file_replaced_atomically(path, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def _sorted_arrays(data, prefix: str) -> list[np.ndarray]:
@@ -223,7 +211,7 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         # A run killed mid-save leaves its temporary file behind (a whole
         # checkpoint's size); the run resuming in this folder owns it.
-        for stale in glob.glob(os.path.join(self.directory, ".tmp-*.npz")):
+        for stale in glob.glob(os.path.join(self.directory, ".ckpt-*.partial-*")):
             os.remove(stale)
         self._last_time = time.monotonic()
         self.last_saved_step = self._step()

@@ -170,6 +170,7 @@ def evaluate_model(
     lowercase_tokenized: bool = False,
     target_language: str = "de",
     tokenized_references: Sequence[str] | None = None,
+    translate_into: str | None = None,
     verbose: int = 1,
 ) -> tuple[list[str], EvaluationResult]:
     """Translates a test set with a model and scores the translations.
@@ -187,6 +188,8 @@ def evaluate_model(
         batch_size: sentences decoded together.
         lowercase_tokenized, target_language, tokenized_references: see
             `evaluate_translations`.
+        translate_into: for a multilingual model, the language to translate
+            into (e.g. `"deu"`), as `translate`'s `target_language`.
         verbose: 1 shows a progress bar, 0 is silent.
 
     Returns:
@@ -218,6 +221,7 @@ def evaluate_model(
         ),
         batch_size=batch_size,
         verbose=verbose,
+        target_language=translate_into,
     )
     result = evaluate_translations(
         translations,

@@ -24,6 +24,7 @@ from keras_transformer.training.recipe import TrainingRecipe
 from keras_transformer.training.run_folder import RUN_FILE, VOCABULARY_FILE, build_model, read_run_file
 from keras_transformer.training.trainer import CHECKPOINT_MINUTES, Trainer, TrainingResult
 from keras_transformer.utils.errors import UserError
+from keras_transformer.utils.files import file_replaced_atomically
 
 # The options of a run, as run.json's `arguments` records them, and their defaults.
 DEFAULT_OPTIONS = {
@@ -237,9 +238,8 @@ class TrainingRun:
 
     def _write_run_file(self, backbone_config: dict) -> None:
         run_file = os.path.join(self.directory, RUN_FILE)
-        with open(run_file + ".tmp", "w") as f:
+        with file_replaced_atomically(run_file) as f:
             json.dump({"backbone": backbone_config, "arguments": self.options}, f, indent=2, default=str)
-        os.replace(run_file + ".tmp", run_file)
 
     def _vocabulary(self, sentences: list[str], write: bool = True):
         """The given vocabulary, the run folder's, or one trained on `sentences`."""
@@ -301,6 +301,5 @@ def _read(source: str, target: str | None, skip_bad: bool, what: str) -> tuple[l
 
 
 def _write_vocabulary(path: str, tokenizer) -> None:
-    with open(path + ".tmp", "wb") as f:
+    with file_replaced_atomically(path, "wb") as f:
         f.write(tokenizer.proto)
-    os.replace(path + ".tmp", path)

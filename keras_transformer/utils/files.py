@@ -61,6 +61,44 @@ def folder_replaced_atomically(target: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(previous, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def file_replaced_atomically(path: str | os.PathLike, mode: str = "w") -> Iterator:
+    """Yields a file open in `mode` ("w" text, "wb" bytes) next to `path`,
+    named `.{name}.partial-*`; when the block ends without error it is
+    flushed to disk and renamed to `path`, replacing any old one. On error
+    it is deleted: a reader sees the old file or the new one, never half of
+    one (a killed process leaves the partial file, which its writer may
+    delete when it starts again).
+
+    Example:
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "out.txt"
+    >>> with file_replaced_atomically(path) as f:
+    ...     _ = f.write("done")
+    >>> path.read_text()
+    'done'
+    """
+    path = Path(path)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.partial-")
+    try:
+        with open(descriptor, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": ""})) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(temporary)
+        raise
+    fsync_directory(path.parent)  # the rename itself survives a crash
+
+
+def write_text_atomically(path: str | os.PathLike, text: str) -> None:
+    """Writes `text` (UTF-8) to `path` through `file_replaced_atomically`."""
+    with file_replaced_atomically(path) as f:
+        f.write(text)
+
+
 def _fsync_tree(directory: Path) -> None:
     """Flushes every file and folder under `directory` to disk."""
     for root, _, names in os.walk(directory):

@@ -19,8 +19,6 @@ Example:
 # one line.
 import argparse
 import json
-import re
-from pathlib import Path
 
 from keras_transformer.cli.search_options import add_search_arguments, search_settings
 
@@ -59,52 +57,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_transformer import Transformer
-    from keras_transformer.training.evaluation import evaluate_model
-    from keras_transformer.utils.files import read_lines
+    from keras_transformer.training.test_set import evaluate_files
+    from keras_transformer.utils.files import write_text_atomically
 
     search = search_settings(args)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1; got {args.batch_size}.")
-    sources = list(read_lines(args.src))
-    references = list(read_lines(args.ref))
-    if len(sources) != len(references):
-        raise ValueError(
-            f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}: "
-            "source and reference files must be line-aligned."
-        )
-    tokenized_references = None
-    if args.ref_tok:
-        tokenized_references = list(read_lines(args.ref_tok))
-        if len(tokenized_references) != len(sources):
-            raise ValueError(
-                f"{args.src} has {len(sources)} lines but {args.ref_tok} has "
-                f"{len(tokenized_references)}: they must be line-aligned."
-            )
-    lowercase_tokenized = args.lowercase_tokenized or tokenized_references is not None
-    reference_language = args.reference_language or _language_from_suffix(args.ref)
-    if reference_language is None:
-        if lowercase_tokenized:
-            raise ValueError(f"Cannot tell the language of {args.ref} from its name: pass --reference-language.")
-        reference_language = "en"  # unused: only the Moses tokenizer needs a language.
-
-    model = Transformer.from_preset(args.preset)
-    if args.target_language is not None:
-        _set_target_language(model, args.target_language)
-    translations, result = evaluate_model(
-        model,
-        sources,
-        references,
+    translations, result, reference_language = evaluate_files(
+        args.preset,
+        args.src,
+        args.ref,
+        tokenized_reference_file=args.ref_tok,
+        reference_language=args.reference_language,
+        lowercase_tokenized=args.lowercase_tokenized,
+        translate_into=args.target_language,
         search=search,
         batch_size=args.batch_size,
-        lowercase_tokenized=lowercase_tokenized,
-        target_language=reference_language,
-        tokenized_references=tokenized_references,
         verbose=0 if args.quiet else 1,
     )
     print(result)
     if args.output:
-        Path(args.output).write_text("".join(t + "\n" for t in translations), encoding="utf-8")
+        write_text_atomically(args.output, "".join(t + "\n" for t in translations))
     if args.json:
         report = {
             **result.to_dict(),
@@ -118,29 +91,5 @@ def run(args: argparse.Namespace) -> int:
             "target_language": args.target_language,
             "reference_language": reference_language,
         }
-        Path(args.json).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_text_atomically(args.json, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return 0
-
-
-def _set_target_language(model, language: str) -> None:
-    """Makes a multilingual model translate into `language`.
-
-    Raises:
-        ValueError: the model has no such language, or no target-language
-            tokens at all; the message says which it has.
-    """
-    tokenizer = model.preprocessor.tokenizer
-    if not hasattr(tokenizer, "set_target_language"):
-        raise ValueError(
-            f"This model has no target-language tokens (got --target-language {language}): it translates "
-            "into one language. Leave --target-language out (--reference-language names the references' language)."
-        )
-    tokenizer.set_target_language(language)
-
-
-def _language_from_suffix(path: str) -> str | None:
-    """'de' for 'test.de', 'test.de.gz' or 'test.lc.norm.tok.de.gz'; otherwise None."""
-    match = re.search(r"\.([a-z]{2,3})(\.gz)?$", str(path))
-    if match is None or match.group(1) in {"txt", "tsv", "gz"}:
-        return None
-    return match.group(1)
