@@ -8,10 +8,12 @@ FFN, sines and cosines concatenated, a final logits bias, LayerNorm epsilon
 1e-5, and their own special ids (`<pad>` = V - 1 starts the decoder, `</s>`
 ends every sequence).
 
-Importing this package (as `import keras_transformer` does) registers
-`keras_hub_loader.MarianPresetLoader` with KerasHub for model type
-`"marian"`: `Transformer.from_preset("hf://Helsinki-NLP/...")`, and KerasHub's
-own `Seq2SeqLM.from_preset` and `Backbone.from_preset`, come here through
+Importing this package (which the first use of a public name of
+`keras_transformer` does) registers `keras_hub_loader.MarianPresetLoader` for
+model type `"marian"` through the one hook KerasHub leaves
+(`utils.library_internals.register_transformers_loader`):
+`Transformer.from_preset("hf://Helsinki-NLP/...")`, and KerasHub's own
+`Seq2SeqLM.from_preset` and `Backbone.from_preset`, come here through
 KerasHub's choice of converter by `config.json`'s `model_type`.
 
 Modules, each one step: `config` (check and convert `config.json`), `hub`
@@ -19,7 +21,7 @@ Modules, each one step: `config` (check and convert `config.json`), `hub`
 never a pickle), `convert` (tensors into the backbone), `tokenizer` and
 `preprocessor` (Marian's two SentencePiece models and packing), `loader`
 (all of it together), `keras_hub_loader` (KerasHub's entry points), `card`
-(the model card `keras-transformer convert` writes). The way back out:
+(what a converted checkpoint's card says, written by `presets.model_card`). The way back out:
 `export_weights`, `export_tokenizer` and `export` write any model of this
 project as a Marian checkpoint in `transformers` format.
 """
