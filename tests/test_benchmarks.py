@@ -1,4 +1,4 @@
-"""The benchmark harness of issue 14 works end to end (at a micro size; no timings checked)."""
+"""The benchmark harness works end to end (at a micro size; no timings checked)."""
 
 import json
 import sys
@@ -291,3 +291,13 @@ def test_the_operation_profile_attributes_every_part_of_a_decoding_call(tmp_path
     assert len(milliseconds) == len(decoding_ops.ROLES), output
     assert all(ms > 0 for ms in milliseconds.values()), output  # each found among the operations
     assert "a call; operations cover" in output
+
+
+def test_the_tokenizer_ceiling_times_both_tokenizers_on_the_same_ids(tmp_path, capsys):
+    from benchmarks import tokenizer_speed
+
+    tokenizer_speed.main(["--lines", "3000", "--workdir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "the same ids from both: True" in out
+    rows = [line for line in out.splitlines() if line.startswith(("| tensorflow_text", "| sentencepiece"))]
+    assert len(rows) >= 2 and all(float(row.split("|")[2].replace(",", "")) > 0 for row in rows)

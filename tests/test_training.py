@@ -357,6 +357,7 @@ def test_train_resume_and_average_commands(tmp_path, pairs, capsys):
     assert cli.main(command + ["--max-steps", "8"]) == 0
     output = capsys.readouterr().out
     assert "resuming from" in output and "at step 6" in output
+    assert "reshuffled from here, with seed 7" in output  # the default --seed 1, plus the step
     assert os.path.exists(run / "checkpoints" / "ckpt-00000008.npz")
 
     preset = tmp_path / "preset"

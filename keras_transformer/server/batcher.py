@@ -91,7 +91,8 @@ class Batcher:
         max_wait_ms: how long a sentence may wait for others to fill its batch.
         max_queue: the most sentences waiting; more are refused (`Overloaded`).
         timeout_s: the default deadline of a request, from its submission.
-        on_batch: called by the worker with a `BatchRecord` after each batch.
+        on_batch: called by the worker with a `BatchRecord` after each batch
+            is decoded, before its requests are answered.
     """
 
     def __init__(
@@ -217,14 +218,16 @@ class Batcher:
                 continue
             seconds = time.monotonic() - started
             self._record(len(batch) / max(seconds, 1e-6))
+            # Recorded before any answer leaves: a client that reads /metrics
+            # after its answer finds its batch counted.
+            if self.on_batch is not None:
+                self.on_batch(BatchRecord(len(batch), len({s.job for s in batch}), width, seconds))
             for sentence, text in zip(batch, translations):
                 job = sentence.job
                 job.results[sentence.position] = text
                 job.remaining -= 1
                 if job.remaining == 0:
                     _settle(job.future, result=job.results)
-            if self.on_batch is not None:
-                self.on_batch(BatchRecord(len(batch), len({s.job for s in batch}), width, seconds))
 
     def _record(self, rate: float) -> None:
         previous = self._sentences_per_second

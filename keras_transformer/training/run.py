@@ -202,6 +202,8 @@ class TrainingRun:
             # same batches and keeps its rows of each (distribution.prepare_dataset):
             # the processes' shares of a batch must have one shape.
             batches = dict(repeat=True, seed=options["seed"] + step, batch_multiple=trainer.replicas)
+            if step:
+                print(f"the training data is reshuffled from here, with seed {batches['seed']} (--seed plus the step).")
             if options["data"]:
                 train_data = prepared_batches(corpus, options["tokens_per_batch"], **batches)
             else:
