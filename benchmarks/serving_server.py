@@ -81,9 +81,21 @@ class SentencePieceIds:
 
 
 class CTranslate2Decoder:
-    """Batches of token ids through a `ctranslate2.Translator`, each sentence to exactly `new_tokens` tokens."""
+    """Batches of token ids through a `ctranslate2.Translator`, each sentence to exactly `new_tokens` tokens.
 
-    def __init__(self, checkpoint: Path, compute_type: str, beam_size: int, new_tokens: int, inter: int, intra: int):
+    With `split`, each batch is cut into `inter` parts that CTranslate2 decodes
+    side by side (its `max_batch_size`), one per thread."""
+
+    def __init__(
+        self,
+        checkpoint: Path,
+        compute_type: str,
+        beam_size: int,
+        new_tokens: int,
+        inter: int,
+        intra: int,
+        split: bool = False,
+    ):
         import ctranslate2
 
         directory = checkpoint / CT2_DIR
@@ -92,6 +104,7 @@ class CTranslate2Decoder:
         )
         self.vocabulary = json.loads((directory / "shared_vocabulary.json").read_text())
         self.beam_size, self.new_tokens = beam_size, new_tokens
+        self.parts = inter if split else 1
 
     def __call__(self, rows: list[list[int]]) -> list[str]:
         size = len(self.vocabulary) + 1  # the converter drops Marian's trailing <pad>
@@ -102,7 +115,7 @@ class CTranslate2Decoder:
             beam_size=self.beam_size,
             max_decoding_length=self.new_tokens,
             min_decoding_length=self.new_tokens,
-            max_batch_size=0,
+            max_batch_size=0 if self.parts == 1 else -(-len(sources) // self.parts),
         )
         return [" ".join(result.hypotheses[0]) for result in results]
 
@@ -254,7 +267,11 @@ def build_server_app(spec: dict):
         return requests_app(decoder, tokenize, threads)
     from keras_transformer.server import ServiceSettings, TranslationService, app_of, served_model
 
-    decoder = CTranslate2Decoder(checkpoint, spec["precision"], spec["beam_size"], spec["new_tokens"], 1, threads)
+    # One thread per part of each batch: on the 2-core EPYC of `RESULTS-serving.md`,
+    # CTranslate2 with two threads on one batch was slower than with one.
+    decoder = CTranslate2Decoder(
+        checkpoint, spec["precision"], spec["beam_size"], spec["new_tokens"], threads, 1, split=True
+    )
     engine = CTranslate2Engine(decoder, tokenize, spec["max_batch_size"])
     service = TranslationService([served_model("en-de", engine, (["en"], ["de"]))], ServiceSettings())
     return app_of(service, warm_up=True)

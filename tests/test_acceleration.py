@@ -1,4 +1,4 @@
-"""The search's backend- and CPU-specific ways to a step's logits give the backbone's logits."""
+"""The search's backend- and CPU-specific ways (its rows, a step's logits) give the same results."""
 
 import keras
 import numpy as np
@@ -46,3 +46,21 @@ def test_a_quantized_or_small_model_takes_the_backbones_logits():
     large = kt.TransformerBackbone(vocabulary_size=16_000, **TINY_CONFIG)
     large.quantize("int8")
     assert acceleration.step_logits(large) == large.logits
+
+
+def test_under_xla_one_sentence_is_greedily_searched_as_two_rows(tiny_model, monkeypatch):
+    rows_searched = []
+    search_function = tiny_model._search_function
+
+    def recording(settings, with_completion=False):
+        function = search_function(settings, with_completion)
+        return lambda inputs: rows_searched.append(int(inputs["encoder_token_ids"].shape[0])) or function(inputs)
+
+    monkeypatch.setattr(tiny_model, "_search_function", recording)
+    sentences = ["a dog runs", "two men sit on a bench"]
+    alone = [tiny_model.generate(sentence, beam_size=None, max_length=12) for sentence in sentences]
+    assert rows_searched == [1 if keras.config.backend() == "torch" else 2] * 2
+    assert alone == tiny_model.generate(sentences, beam_size=None, max_length=12)
+    rows_searched.clear()
+    tiny_model.generate(sentences[0], beam_size=2, max_length=12)
+    assert rows_searched == [1]

@@ -1,10 +1,13 @@
-"""How a compiled search computes each step's logits, chosen once per backend and CPU.
+"""How a compiled search runs fastest, chosen per backend and CPU: its rows and its logits.
 
-A decoding step ends in the output projection `hidden @ E^T` (section 3.4)
-over the whole vocabulary, its largest product. `step_logits` picks, when a
-search is traced, how its steps compute it: every way gives the values of
-`TransformerBackbone.logits`, and each is taken where it measured faster
-(`benchmarks/RESULTS.md`, "Why the code takes these paths").
+- `rows_to_search`: how many rows a batch is searched with. Under XLA, a
+  greedy search of one sentence runs as two rows (the sentence twice).
+- `step_logits`: a decoding step ends in the output projection `hidden @ E^T`
+  (section 3.4) over the whole vocabulary, its largest product; this picks,
+  when a search is traced, how its steps compute it.
+
+Every way gives the same translations, and each is taken where it measured
+faster (`benchmarks/RESULTS.md`, "Why the code takes these paths").
 """
 
 from collections.abc import Callable
@@ -19,6 +22,20 @@ from keras_transformer.layers import products
 PARTS_MIN_ROWS = 128
 PARTS_MIN_VOCABULARY = 16_000
 VOCABULARY_PARTS = 4
+# Under XLA, a greedy search runs at least this many rows: XLA's CPU code for
+# a product of one row by a weight matrix is slower than for two.
+XLA_MIN_GREEDY_ROWS = 2
+
+
+def rows_to_search(sentences: int, greedy: bool, under_xla: bool) -> int:
+    """The rows a batch of `sentences` is searched with; the extra rows are
+    copies of a sentence, whose outputs are dropped.
+
+    Example:
+    >>> rows_to_search(1, greedy=True, under_xla=True), rows_to_search(1, greedy=False, under_xla=True)
+    (2, 1)
+    """
+    return max(sentences, XLA_MIN_GREEDY_ROWS) if greedy and under_xla else sentences
 
 
 def step_logits(backbone) -> Callable:

@@ -2,10 +2,12 @@
 
 from functools import partial
 
+import keras
 import keras_hub
 import numpy as np
 from keras import ops
 
+from keras_transformer.generation.acceleration import rows_to_search
 from keras_transformer.generation.batches import (
     concatenate,
     decoder_padded_to,
@@ -194,14 +196,19 @@ class TransformerGeneration:
     ) -> dict:
         """One search of a batch with an output buffer of `buffer_length`."""
         batch = token_ids["encoder_token_ids"].shape[0]
-        inputs = {**token_ids, "decoder_token_ids": np.zeros((batch, buffer_length), "int32")}
+        under_xla = keras.config.backend() != "torch" and resolve_jit_compile(self._search_cache.jit_compile)
+        rows = rows_to_search(batch, greedy=settings.beam_size is None, under_xla=under_xla)
+        token_ids = {
+            key: np.concatenate([value, value[-1:].repeat(rows - batch, 0)]) for key, value in token_ids.items()
+        }
+        inputs = {**token_ids, "decoder_token_ids": np.zeros((rows, buffer_length), "int32")}
         if "decoder_padding_mask" in token_ids:  # a target prefix, which the search continues
             # A buffer narrower than the padded prompt leaves out only padding (generate checks it).
             prompt = {key: token_ids[key][:, :buffer_length] for key in ("decoder_token_ids", "decoder_padding_mask")}
             inputs.update(decoder_padded_to(prompt, buffer_length, self.backbone.pad_token_id))
         function = self._search_function(settings, with_completion)
         outputs = function({k: ops.convert_to_tensor(v) for k, v in inputs.items()})
-        return {k: ops.convert_to_numpy(v) for k, v in outputs.items()}
+        return {k: ops.convert_to_numpy(v)[:batch] for k, v in outputs.items()}
 
     def compile_searches(self, token_ids: dict, search: SearchSettings | None = None) -> None:
         """Compiles, by running them once, the searches `generate(token_ids,
