@@ -31,7 +31,8 @@ Implementations (`--implementations`), named `ENGINE-PRECISION-MODE[-beam4]`:
   serves it, each request's sentences in a `translate_batch` call of their
   own, `--threads` calls at once;
 - `ct2-int8-batcher`, `ct2-float32-batcher`: CTranslate2 behind this
-  project's server and `Batcher`;
+  project's server and `Batcher`, each batch split into `--threads` parts
+  that CTranslate2 decodes side by side, one thread each;
 - `tensorflow-int8-batched`, `jax-float32-single`, ...: this project's
   server on a backend and precision, batching on (`--max-batch-size`) or off
   (batches of one sentence).
