@@ -47,3 +47,28 @@ def test_in_place_search_finds_the_reference_tokens(tiny_model, beam_size):
     found = compiled_search(tiny_model, resolve_jit_compile(), settings)(inputs)
     for name in ("decoder_token_ids", "decoder_padding_mask"):
         np.testing.assert_array_equal(ops.convert_to_numpy(found[name]), ops.convert_to_numpy(reference[name]))
+
+
+def test_slice_update_traces_under_torch_compile():
+    import torch
+
+    def write(inputs, index, updates):
+        return slice_update(inputs, (0, index, 0), updates)
+
+    inputs, updates = torch.zeros((2, 5, 3)), torch.ones((2, 2, 3))
+    compiled = torch.compile(write, fullgraph=True, dynamic=False)  # a graph break would raise
+    expected = ops.convert_to_numpy(write(inputs, torch.tensor(2), updates))
+    np.testing.assert_array_equal(ops.convert_to_numpy(compiled(inputs, torch.tensor(2), updates)), expected)
+    assert expected[:, 2:4].all() and not expected[:, :2].any() and not expected[:, 4:].any()
+
+
+def test_jit_compile_puts_the_decoding_step_through_torch_compile_with_the_eager_tokens(tiny_model):
+    from torch._dynamo.utils import counters
+
+    sentences = ["a dog runs", "two men sit on a bench"]
+    eager = tiny_model.generate(sentences, beam_size=None, max_length=10)
+    tiny_model.compile(jit_compile=True)
+    counters.clear()
+    assert tiny_model.generate(sentences, beam_size=None, max_length=10) == eager
+    assert counters["stats"]["unique_graphs"] >= 1  # it did compile
+    assert not counters["graph_break"], dict(counters["graph_break"])

@@ -5,8 +5,9 @@ values of its output once (one copy per sentence, which all its beams read:
 `layers.cached_attention.attend_cached`), and hands a cached one-position `step` to the greedy or
 beam search of `keras_transformer.generation.search`. `compiled_search` compiles
 it per backend: XLA on TensorFlow, `jax.jit` on JAX (stateless, the
-variables passed in), eagerly under `torch.inference_mode` on torch, its
-caches written in place (`utils.slice_update.writing_in_place`).
+variables passed in), under `torch.inference_mode` on torch, its caches
+written in place (`utils.slice_update.writing_in_place`), eagerly or, with
+`jit_compile=True`, its decoding step through `torch.compile`.
 """
 
 from collections.abc import Callable
@@ -69,6 +70,7 @@ def search_step(
     alpha: float = SearchSettings.alpha,
     max_extra_length: int = SearchSettings.max_extra_length,
     with_completion: bool = False,
+    decode_step: Callable | None = None,
 ) -> dict:
     """Decodes one batch of token ids; traceable as a single graph.
 
@@ -87,6 +89,8 @@ def search_step(
         with_completion: the buffer may be shorter than that limit; the
             output then also holds `complete`, which sentences were
             finished within it (see `search.beam_search`).
+        decode_step: `backbone.decode_step` (the default), or that method
+            compiled on its own (torch: `compiled_search`).
 
     Returns:
         `{"decoder_token_ids", "decoder_padding_mask"}`: the translations
@@ -109,13 +113,14 @@ def search_step(
     # The backend's and CPU's way to the logits, chosen once per traced search.
     logits_of = step_logits(backbone)
     start = ops.full((batch, 1), start_token_id, dtype="int32")
-    logits, self_cache = backbone.decode_step(
+    decode_step = decode_step or backbone.decode_step
+    logits, self_cache = decode_step(
         start, 0, source_mask, backbone.empty_cache(batch, buffer_length), cross_cache, logits_of
     )
     first_logits = ops.cast(logits[:, 0, :], "float32")
 
     def step(token_ids, index, cache):
-        logits, cache = backbone.decode_step(token_ids, index, source_mask, cache, cross_cache, logits_of)
+        logits, cache = decode_step(token_ids, index, source_mask, cache, cross_cache, logits_of)
         return ops.cast(logits[:, 0, :], "float32"), cache
 
     if "decoder_padding_mask" in inputs:
@@ -184,7 +189,9 @@ def compiled_search(
     Args:
         model: a model with a `backbone`; its variables are read at each call
             (on JAX they are passed to the compiled function).
-        jit_compile: XLA on TensorFlow; ignored elsewhere.
+        jit_compile: XLA on TensorFlow; on torch, `torch.compile` of the
+            backbone's decoding step (compiled at the first call of each
+            batch shape, about a minute each on a small CPU); ignored on JAX.
         settings: the beam size, length penalty and output limit.
         with_completion: see `search_step`.
     """
@@ -199,6 +206,11 @@ def compiled_search(
     backend = keras.config.backend()
     if backend == "torch":
         import torch
+
+        if jit_compile:
+            # The step alone: the search around it is Python (`ops.while_loop`
+            # on torch), which `torch.compile` would unroll.
+            function = partial(function, decode_step=torch.compile(model.backbone.decode_step, dynamic=False))
 
         def without_gradients(inputs):
             # The search owns its caches and token buffers: written in place.

@@ -64,6 +64,9 @@ def float32_accumulation(enabled: bool = True):
     affects: a function compiled before keeps its products.
     `float32_accumulation(False)` turns it off for everything inside, the
     model's layers included (to compare the two)."""
+    if keras.config.backend() == "torch":  # no XLA; and `torch.compile` cannot trace a context variable
+        yield
+        return
     # Only XLA's CPU backend computes bfloat16 dots in float32; elsewhere nothing changes.
     enabled = enabled and _FLOAT32_ACCUMULATION.get() is not False and _on_cpu() and cpu_has_bfloat16_instructions()
     token = _FLOAT32_ACCUMULATION.set(enabled)
@@ -78,14 +81,15 @@ def layers_sum_in_float32() -> bool:
     float32 (they enter `float32_accumulation()` themselves, unless an outer
     one turned it off): on JAX on a CPU with bfloat16 instructions, and on
     TensorFlow there while XLA compiles."""
-    if _FLOAT32_ACCUMULATION.get() is False or not (_on_cpu() and cpu_has_bfloat16_instructions()):
+    if keras.config.backend() == "torch" or _FLOAT32_ACCUMULATION.get() is False:
         return False
-    return _traced_for_xla()
+    return _on_cpu() and cpu_has_bfloat16_instructions() and _traced_for_xla()
 
 
 def _summing_in_float32() -> bool:
     """Whether `dense`, `einsum` and `add_bias`, called now, take the float32-summed route."""
-    return bool(_FLOAT32_ACCUMULATION.get()) and _traced_for_xla()
+    # torch first: `torch.compile` cannot trace a context variable.
+    return keras.config.backend() != "torch" and bool(_FLOAT32_ACCUMULATION.get()) and _traced_for_xla()
 
 
 def _traced_for_xla() -> bool:

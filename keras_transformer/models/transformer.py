@@ -105,7 +105,9 @@ class Transformer(TransformerGeneration, TransformerFitting, keras_hub.models.Se
                 (the default) means XLA on TensorFlow and JAX, on every
                 device, except training a bfloat16 model on TensorFlow on a
                 CPU with bfloat16 instructions (see
-                `decoding.resolve_jit_compile`).
+                `decoding.resolve_jit_compile`); on torch, eager, and
+                `jit_compile=True` also puts the searches' decoding step
+                through `torch.compile` (`decoding.compiled_search`).
         """
         backbone = self.backbone
         if optimizer == "auto":

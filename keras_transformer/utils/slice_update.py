@@ -1,5 +1,5 @@
-"""`ops.slice_update` that an eager TensorFlow search need not compile, and
-that a torch search may write in place."""
+"""`ops.slice_update` that an eager TensorFlow search need not compile, that
+a torch search may write in place, and that `torch.compile` traces."""
 
 import contextlib
 import contextvars
@@ -47,6 +47,8 @@ def slice_update(inputs, start_indices, updates):
     [[0.0, 0.0, 1.0, 0.0]]
     """
     backend = keras.config.backend()
+    if backend == "torch" and _torch_compiling():
+        return _index_copied(inputs, start_indices, updates)
     if backend == "torch" and _IN_PLACE.get():
         # A broadcast view shares memory between its elements: write into a copy, which the search then owns.
         inputs = inputs.contiguous()
@@ -64,3 +66,26 @@ def slice_update(inputs, start_indices, updates):
                 input=inputs, begin=begin, end=end, strides=[1] * len(begin), value=ops.cast(updates, inputs.dtype)
             )
     return ops.slice_update(inputs, start_indices, updates)
+
+
+def _torch_compiling() -> bool:
+    import torch
+
+    return torch.compiler.is_compiling()
+
+
+def _index_copied(inputs, start_indices, updates):
+    """The update as `torch.index_copy` along its one partial axis, for
+    `torch.compile` (a compiled decoding step, `generation.decoding`): Keras'
+    torch `slice_update` turns a tensor start index into Python numbers,
+    which `torch.compile` cannot trace, and a context variable (the in-place
+    switch) is beyond it too. The searches' updates span every axis but one."""
+    import torch
+
+    partial = [axis for axis, size in enumerate(updates.shape) if size != inputs.shape[axis]]
+    if len(partial) != 1:
+        return ops.slice_update(inputs, start_indices, updates)
+    axis = partial[0]
+    index = torch.as_tensor(start_indices[axis], dtype=torch.long, device=inputs.device).reshape(1)
+    positions = index + torch.arange(updates.shape[axis], device=inputs.device)
+    return inputs.index_copy(axis, positions, updates.to(inputs.dtype))
