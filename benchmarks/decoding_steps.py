@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 from benchmarks import REPO_ROOT
@@ -62,7 +63,7 @@ def step_flops(size_name: str, buffer_length: int, source_length: int, beam_size
 def measure_growth(size_name: str, workdir: Path, repeats: int, threads: int) -> list[dict]:
     from benchmarks.checkpoint import build
     from benchmarks.project import ProjectImplementation
-    from benchmarks.workloads import Decode
+    from benchmarks.workloads import Decode, timed_calls
 
     checkpoint = build(size_name, workdir / size_name)
     implementation = ProjectImplementation(checkpoint, "float32", threads)
@@ -70,14 +71,7 @@ def measure_growth(size_name: str, workdir: Path, repeats: int, threads: int) ->
     for beam_size in (1, 4):
         for n in NEW_TOKENS:
             workload = Decode(size_name, 32, SOURCE_LENGTH, n, beam_size=beam_size)
-            start = time.perf_counter()
-            implementation.decode(workload)
-            first = time.perf_counter() - start
-            times = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                implementation.decode(workload)
-                times.append(time.perf_counter() - start)
+            first, times = timed_calls(partial(implementation.decode, workload), repeats)
             rows.append(
                 {
                     "size": size_name,

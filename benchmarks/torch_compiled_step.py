@@ -20,7 +20,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from benchmarks import REPO_ROOT
@@ -34,7 +33,7 @@ def time_one(size: str, beam: int, name: str, threads: int, repeats: int, workdi
     from benchmarks.checkpoint import build
     from benchmarks.peers import HuggingFace
     from benchmarks.project import ProjectImplementation
-    from benchmarks.workloads import Decode
+    from benchmarks.workloads import Decode, timed_calls
 
     checkpoint = build(size, workdir / size, convert=False)
     workload = Decode(size, SENTENCES, 24, 24, beam_size=beam)
@@ -42,14 +41,7 @@ def time_one(size: str, beam: int, name: str, threads: int, repeats: int, workdi
         implementation = HuggingFace(checkpoint, threads)
     else:
         implementation = ProjectImplementation(checkpoint, "float32", threads, jit_compile=name == "compiled")
-    start = time.perf_counter()
-    implementation.decode(workload)
-    first = time.perf_counter() - start
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        implementation.decode(workload)
-        seconds.append(time.perf_counter() - start)
+    first, seconds = timed_calls(lambda: implementation.decode(workload), repeats)
     return {"first_s": first, "sentences_per_s": SENTENCES / statistics.median(seconds)}
 
 

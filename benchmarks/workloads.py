@@ -12,6 +12,8 @@ until then (see `benchmarks/project.py` for how this project does it).
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -185,3 +187,22 @@ def training_flops(workload: Train) -> float:
     )  # cross-attention keys and values of the source
     logits = b * t * 2 * d * vocab
     return 3.0 * (layers * (encoder + decoder) + logits)
+
+
+def timed_calls(call: Callable[[], object], repeats: int) -> tuple[float, list[float]]:
+    """Seconds of a first call (compilation included), then of each of `repeats` more.
+
+    Example:
+    >>> first, seconds = timed_calls(lambda: None, repeats=2)
+    >>> len(seconds)
+    2
+    """
+    start = time.perf_counter()
+    call()
+    first = time.perf_counter() - start
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        seconds.append(time.perf_counter() - start)
+    return first, seconds
