@@ -198,9 +198,10 @@ class TransformerGeneration:
         batch = token_ids["encoder_token_ids"].shape[0]
         under_xla = keras.config.backend() != "torch" and resolve_jit_compile(self._search_cache.jit_compile)
         rows = rows_to_search(batch, greedy=settings.beam_size is None, under_xla=under_xla)
-        token_ids = {
-            key: np.concatenate([value, value[-1:].repeat(rows - batch, 0)]) for key, value in token_ids.items()
-        }
+        if rows > batch:  # copies of the last sentence, whose outputs are dropped below
+            token_ids = {
+                key: np.concatenate([value, value[-1:].repeat(rows - batch, 0)]) for key, value in token_ids.items()
+            }
         inputs = {**token_ids, "decoder_token_ids": np.zeros((rows, buffer_length), "int32")}
         if "decoder_padding_mask" in token_ids:  # a target prefix, which the search continues
             # A buffer narrower than the padded prompt leaves out only padding (generate checks it).
