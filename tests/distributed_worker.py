@@ -45,6 +45,8 @@ def parse_args(argv=None):
     parser.add_argument(
         "--dropout-masks", action="store_true", help="only report whether replicas draw different dropout masks"
     )
+    parser.add_argument("--prepared", help="train one epoch on this prepared corpus, each process on its own shards")
+    parser.add_argument("--tokens-per-batch", type=int, default=96, help="with --prepared: the global batch")
     parser.add_argument("--coordinator")
     parser.add_argument("--num-processes", type=int)
     parser.add_argument("--process-id", type=int)
@@ -105,14 +107,15 @@ def dataset(batches):
     return data
 
 
-def build_and_compile(args):
+def build_and_compile(args, vocabulary_size=VOCABULARY_SIZE, max_length=SEQUENCE_LENGTH):
     import keras
 
     import keras_transformer as kt
     from keras_transformer.training import distribution
 
     keras.utils.set_random_seed(1)
-    backbone = kt.TransformerBackbone(vocabulary_size=VOCABULARY_SIZE, dropout=args.dropout, **CONFIG)
+    config = {**CONFIG, "max_sequence_length": max_length}
+    backbone = kt.TransformerBackbone(vocabulary_size=vocabulary_size, dropout=args.dropout, **config)
     model = kt.Transformer(backbone=backbone, preprocessor=None)
     loss = kt.LabelSmoothedCrossEntropy(0.1)
     if args.global_token_mean:
@@ -138,6 +141,39 @@ def dropout_masks(args, report):
         per_replica = [np.asarray(v) for v in strategy.experimental_local_results(outputs)]
     report["replicas"] = len(per_replica)
     report["identical_masks"] = bool(all(np.array_equal(per_replica[0] != 0, p != 0) for p in per_replica[1:]))
+
+
+def train_on_prepared(args, report):
+    """One epoch of this process's shards of a prepared corpus; reports the pairs it trained on."""
+    import keras
+
+    from keras_transformer.training import distribution
+    from keras_transformer.training.prepared import PreparedCorpus, prepared_batches
+
+    corpus = PreparedCorpus.open(args.prepared)
+    processes, process = distribution.processes(args.strategy)
+    with _scope(args.strategy) as scope:
+        model = build_and_compile(args, corpus.tokenizer().vocabulary_size(), corpus.max_length)
+        local = prepared_batches(
+            corpus, args.tokens_per_batch // processes, seed=1, num_processes=processes, process_index=process
+        )
+        pairs, steps = [], []
+
+        def recorded(batches):
+            for x, labels, weights in batches:
+                steps.append(int(weights.sum()))
+                for encoder, target in zip(x["encoder_token_ids"], labels):
+                    if target.any():  # a pair, not a padding row
+                        pairs.append([encoder[encoder != 0][1:-1].tolist(), target[target != 0][:-1].tolist()])
+                yield x, labels, weights
+
+        agreed = distribution.prepare_dataset(local, args.strategy, per_process=True)
+        # Keras' own fit, as Trainer calls it: KerasHub's would take the generator for unbatched data.
+        history = keras.Model.fit(model, recorded(agreed), verbose=0)
+        report["losses"] = [float(v) for v in history.history["loss"]]
+        report["replicas"] = distribution.num_replicas(scope)
+    report["pairs"], report["tokens_per_step"] = pairs, steps
+    return model
 
 
 def _scope(strategy):
@@ -174,6 +210,8 @@ def main(argv=None):
     report = {"strategy": args.strategy, "devices": args.devices, "dtype": args.dtype}
     if args.dropout_masks:
         dropout_masks(args, report)
+    elif args.prepared:
+        model = train_on_prepared(args, report)
     else:
         if args.dtype != "float32":
             keras.config.set_dtype_policy(args.dtype)
@@ -185,6 +223,7 @@ def main(argv=None):
             history = model.fit(data, steps_per_epoch=1, epochs=args.steps, verbose=0, shuffle=False)
             report["losses"] = [float(v) for v in history.history["loss"]]
             report["replicas"] = distribution.num_replicas(scope)
+    if not args.dropout_masks:
         report["chief"] = distribution.is_chief()
         weights = [np.asarray(keras.ops.convert_to_numpy(w), "float32") for w in model.weights]
         report["optimizer"] = type(model.optimizer).__name__

@@ -25,7 +25,8 @@ import pytest
 
 from helpers import REPO_ROOT
 from keras_transformer import LabelSmoothedCrossEntropy
-from keras_transformer.training import distribution
+from keras_transformer.training import data, distribution, prepared
+from test_prepared import ids, prepare, write_corpus
 
 WORKER = REPO_ROOT / "tests" / "distributed_worker.py"
 TIMEOUT = 150
@@ -179,6 +180,38 @@ def test_prepare_dataset_is_a_no_op_without_strategy():
     assert distribution.prepare_dataset(data, "none") is data
 
 
+def _uneven_batches():
+    """Three `(x, labels, weights)` batches of 3, 2 and 1 rows, of lengths 4, 8 and 4."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    batches = []
+    for rows, length in ((3, 4), (2, 8), (1, 4)):
+        labels = rng.integers(4, 30, (rows, length)) * (np.arange(length) < rng.integers(1, length, (rows, 1)))
+        x = {"encoder_token_ids": labels, "encoder_padding_mask": labels != 0}
+        batches.append(tf.data.Dataset.from_tensors((x, labels, (labels != 0).astype("float32"))))
+    return batches[0].concatenate(batches[1]).concatenate(batches[2])
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="the processes agree through JAX")
+def test_agreed_batches_pad_rows_for_the_devices_and_weigh_tokens_by_update():
+    # One process here: the shapes it agrees on are its own, rows made a multiple of 2 devices.
+    batches = _uneven_batches()
+    agreed = list(distribution._agreed_batches(batches, local_devices=2))
+    assert [x["encoder_token_ids"].shape for x, _, _ in agreed] == [(4, 4), (2, 8), (2, 4)]
+    for (x, labels, weights), (x0, labels0, weights0) in zip(agreed, batches.as_numpy_iterator()):
+        rows = len(labels0)
+        np.testing.assert_array_equal(x["encoder_token_ids"][:rows], x0["encoder_token_ids"])
+        np.testing.assert_array_equal(weights[:rows], weights0)
+        assert not weights[rows:].any() and not labels[rows:].any() and not x["encoder_padding_mask"][rows:].any()
+    # Accumulating two batches an update: weight_by_update's weights; the last, incomplete update dropped.
+    accumulated = list(distribution._agreed_batches(batches, local_devices=1, micro_batches=2))
+    expected = list(data.weight_by_update(batches, 2).as_numpy_iterator())
+    assert len(accumulated) == len(expected) == 2
+    for (_, _, weights), (_, _, weights0) in zip(accumulated, expected):
+        np.testing.assert_allclose(weights, weights0, rtol=1e-6)
+
+
 # MirroredStrategy on two logical CPUs.
 
 
@@ -230,6 +263,12 @@ def test_mirrored_mixed_precision(single_device_tensorflow, tmp_path, dtype, opt
 # JAX: two host devices in one process, and two processes.
 
 
+def _two_processes(*flags):
+    (port,) = free_ports(1)
+    common = ["--strategy", "jax-data-parallel", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
+    return [[*common, "--process-id", str(i), *flags] for i in range(2)]
+
+
 @pytest.mark.slow
 def test_jax_data_parallel_matches_one_device(single_device_jax, tmp_path):
     run = run_worker(tmp_path, "jax", "--strategy", "jax-data-parallel", "--devices", "2")
@@ -248,21 +287,7 @@ def test_jax_data_parallel_trains_with_dropout(tmp_path):
 
 @pytest.mark.slow
 def test_jax_two_processes_agree_on_weights(single_device_jax, tmp_path):
-    (port,) = free_ports(1)
-    flags = [
-        [
-            "--strategy",
-            "jax-data-parallel",
-            "--coordinator",
-            f"127.0.0.1:{port}",
-            "--num-processes",
-            "2",
-            "--process-id",
-            str(i),
-        ]
-        for i in range(2)
-    ]
-    codes, logs = run_workers(tmp_path, "jax", flags, [{}, {}])
+    codes, logs = run_workers(tmp_path, "jax", _two_processes(), [{}, {}])
     assert codes == [0, 0], logs[0][-3000:] + logs[1][-3000:]
     first, second = _load(tmp_path / "worker0"), _load(tmp_path / "worker1")
     assert first["replicas"] == second["replicas"] == 2
@@ -270,6 +295,27 @@ def test_jax_two_processes_agree_on_weights(single_device_jax, tmp_path):
         np.testing.assert_array_equal(a, b)
     assert first["chief"] and not second["chief"]
     assert_same_training(first, single_device_jax)
+
+
+@pytest.mark.slow
+def test_jax_processes_train_on_their_own_shards_of_a_prepared_corpus(tmp_path, tokenizer):
+    # Three shards: process 0 reads two, process 1 one, so process 1's data
+    # ends first and it gives all-padding batches while process 0 goes on.
+    corpus = prepare(*write_corpus(tmp_path, 150), tmp_path / "data", tokenizer, pairs_per_shard=48)
+    assert len(corpus.shards) == 3
+    codes, logs = run_workers(tmp_path, "jax", _two_processes("--prepared", str(corpus.folder)), [{}, {}])
+    assert codes == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+    reports = [_load(tmp_path / f"worker{i}") for i in range(2)]
+    for index, report in enumerate(reports):
+        own = ids(prepared.prepared_pairs(corpus, shuffle=False, num_processes=2, process_index=index))
+        assert sorted(tuple(map(tuple, pair)) for pair in report["pairs"]) == sorted(own)
+        assert report["finite"] and report["replicas"] == 2
+    every = ids(prepared.prepared_pairs(corpus, shuffle=False))
+    assert sorted(tuple(map(tuple, pair)) for r in reports for pair in r["pairs"]) == sorted(every)
+    first, second = (r["tokens_per_step"] for r in reports)
+    assert len(first) == len(second) > 1 and 0 in second and 0 not in first
+    for a, b in zip(reports[0]["weights"], reports[1]["weights"], strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 # TensorFlow's MultiWorkerMirroredStrategy, verified rather than assumed.

@@ -103,7 +103,7 @@ def training_scope(strategy: str = "none") -> contextlib.AbstractContextManager:
     raise ValueError(f"Unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}.")
 
 
-def prepare_dataset(dataset, strategy: str = "none"):
+def prepare_dataset(dataset, strategy: str = "none", *, per_process: bool = False, micro_batches: int = 1):
     """Adapts a batched `tf.data.Dataset` of `(x, y, ...)` to a strategy.
 
     Call it inside `training_scope(strategy)`. Token-bucketed batches vary
@@ -113,6 +113,16 @@ def prepare_dataset(dataset, strategy: str = "none"):
     the number of devices. On several JAX processes, every process reads the
     same global batches (same data, same seed) and this keeps the rows of
     its own process; Keras assembles them into the global batch.
+
+    With `per_process`, `dataset` holds only this process's share of the
+    data (e.g. `prepared_batches` of its own shards): on several JAX
+    processes the result is then a generator of the batches padded at each
+    step to one shape agreed by all processes (see `_agreed_batches`); it
+    ends when every process's data has ended.
+
+    With `micro_batches` K > 1 (gradient accumulation), each update's K
+    batches get the token weights of `data.weight_by_update`: a token
+    weighs K / (real tokens of the update, in every process).
 
     Under `"mirrored"`, boolean tensors also become int32: Keras 3 builds the
     model from the mean over replicas of the first batch
@@ -129,16 +139,22 @@ def prepare_dataset(dataset, strategy: str = "none"):
     ...     prepare_dataset(data, "none") is data
     True
     """
-    if strategy == "none":
-        return dataset
     import tensorflow as tf
+
+    from keras_transformer.training.data import weight_by_update
 
     if strategy == "mirrored":
         devices, processes, process = tf.distribute.get_strategy().num_replicas_in_sync, 1, 0
-    else:
+    elif strategy == "jax-data-parallel":
         import jax
 
         devices, processes, process = jax.device_count(), jax.process_count(), jax.process_index()
+        if per_process and processes > 1:
+            return _agreed_batches(dataset, devices // processes, micro_batches)
+    if micro_batches > 1:
+        dataset = weight_by_update(dataset, micro_batches)
+    if strategy == "none":
+        return dataset
 
     def share(*batch):
         rows = tf.shape(tf.nest.flatten(batch)[0])[0]
@@ -155,6 +171,58 @@ def prepare_dataset(dataset, strategy: str = "none"):
         return tf.nest.map_structure(pad_and_slice, batch)
 
     return dataset.map(share, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _agreed_batches(dataset, local_devices: int, micro_batches: int = 1):
+    """Each process's own batches, padded at every step to the shape of all processes' largest.
+
+    Keras makes the global batch of the processes' local batches
+    (`jax.make_array_from_process_local_data`), which must have one shape;
+    batches bucketed from different shards differ in rows and lengths. So
+    the processes all-gather their batches' dimensions (a few numbers) and
+    pad to the largest, rows to a multiple of the local devices, with zeros:
+    pad ids, masks 0, labels 0, weights 0, which no loss or metric counts. A
+    process whose data has ended gives all-padding batches until every
+    process's has. This is a generator that Keras iterates in its training
+    loop's thread, so the all-gathers keep their order among the training
+    steps' collectives in every process (in a tf.data thread they could
+    interleave differently and deadlock).
+
+    With `micro_batches` K > 1, batches are agreed K at a time and weighted
+    as `data.weight_by_update` weights them, by the tokens of the whole
+    update in all processes.
+    """
+    import numpy as np
+    import tensorflow as tf
+    from jax.experimental import multihost_utils
+
+    specs = tf.nest.flatten(dataset.element_spec)
+    batches = dataset.as_numpy_iterator()
+    while True:
+        group = [next(batches, None) for _ in range(micro_batches)]
+        arrays = [tf.nest.flatten(batch) if batch is not None else None for batch in group]
+        # Per batch: whether there is one, its token weights (the last array), its dimensions.
+        numbers = [
+            [1, a[-1].sum(), *(d for array in a for d in array.shape)]
+            if a
+            else [0, 0] + [0] * sum(spec.shape.rank for spec in specs)
+            for a in arrays
+        ]
+        gathered = multihost_utils.process_allgather(np.array(numbers, "float64"))  # processes, batches, numbers
+        if not gathered[..., 0].any(axis=0).all():
+            return  # every process's data has ended (or, as weight_by_update, a last incomplete update)
+        scale = micro_batches / gathered[..., 1].sum()
+        for index, a in enumerate(arrays):
+            largest = iter(gathered[:, index, 2:].max(axis=0).astype(int).tolist())
+            shapes = [[next(largest) for _ in range(spec.shape.rank)] for spec in specs]
+            for shape in shapes:
+                shape[0] = -(-shape[0] // local_devices) * local_devices
+            if a is None:
+                a = [np.zeros([0] * len(shape), spec.dtype.as_numpy_dtype) for spec, shape in zip(specs, shapes)]
+            a = [np.pad(array, [(0, n - d) for n, d in zip(shape, array.shape)]) for array, shape in zip(a, shapes)]
+            if micro_batches > 1:
+                a[-1] = a[-1].astype("float32") * np.float32(scale)
+            yield tf.nest.pack_sequence_as(dataset.element_spec, a)
 
 
 def initialize(coordinator: str, num_processes: int, process_id: int) -> None:
@@ -204,6 +272,16 @@ def is_chief() -> bool:
     import jax
 
     return jax.process_index() == 0
+
+
+def processes(strategy: str) -> tuple[int, int]:
+    """How many processes train together and which one this is: `(1, 0)` but
+    under `"jax-data-parallel"` across several processes."""
+    if strategy != "jax-data-parallel":
+        return 1, 0
+    import jax
+
+    return jax.process_count(), jax.process_index()
 
 
 def num_replicas(scope=None) -> int:

@@ -198,14 +198,18 @@ class TrainingRun:
                 print(f"{self.directory} has already reached step {step} (max_steps {options['max_steps']}).")
                 return None
             # Every batch splits evenly over the devices. A resumed run reshuffles
-            # with a seed of its step. Every process of a multi-host run reads the
-            # same batches and keeps its rows of each (distribution.prepare_dataset):
-            # the processes' shares of a batch must have one shape.
+            # with a seed of its step. With text in memory, every process of a
+            # multi-host run reads the same batches and keeps its rows of each;
+            # from a prepared corpus, each reads its own shards and batches of
+            # its share of the tokens (distribution.prepare_dataset).
             batches = dict(repeat=True, seed=options["seed"] + step, batch_multiple=trainer.replicas)
             if step:
                 print(f"the training data is reshuffled from here, with seed {batches['seed']} (--seed plus the step).")
+            processes, process = distribution.processes(options["strategy"])
             if options["data"]:
-                train_data = prepared_batches(corpus, options["tokens_per_batch"], **batches)
+                batches.update(batch_multiple=trainer.replicas // processes, num_processes=processes)
+                tokens = options["tokens_per_batch"] // processes
+                train_data = prepared_batches(corpus, tokens, process_index=process, **batches)
             else:
                 train_data = data.token_batches(train_pairs, options["tokens_per_batch"], **batches)
             valid_data = None
@@ -217,7 +221,9 @@ class TrainingRun:
                     batch_multiple=trainer.replicas,
                     drop_remainder=trainer.replicas > 1,
                 )
-            result = trainer.fit(model, train_data, valid_data, step=step, valid_texts=valid)
+            result = trainer.fit(
+                model, train_data, valid_data, step=step, valid_texts=valid, per_process=bool(options["data"])
+            )
         print(
             f"trained to step {result.step} at {result.tokens_per_second:.0f} target tokens/s; "
             f"last checkpoint {result.last_checkpoint}."

@@ -169,7 +169,15 @@ class Trainer:
         return step
 
     def fit(
-        self, model, train_data, valid_data=None, *, step: int = 0, valid_texts=None, callbacks=()
+        self,
+        model,
+        train_data,
+        valid_data=None,
+        *,
+        step: int = 0,
+        valid_texts=None,
+        callbacks=(),
+        per_process: bool = False,
     ) -> TrainingResult:
         """Trains the compiled `model` from update `step` to `max_steps`.
 
@@ -184,6 +192,10 @@ class Trainer:
             step: the update training starts from (`resume`'s).
             valid_texts: `(sources, references)` for the `val_bleu` curve.
             callbacks: more Keras callbacks.
+            per_process: `train_data` holds only this process's share of the
+                data (`prepared_batches` of its own shards), not the same
+                batches as every other process: see
+                `distribution.prepare_dataset`.
 
         Returns:
             The `TrainingResult`.
@@ -192,7 +204,7 @@ class Trainer:
             ValueError: the loss became NaN or infinite (the last good
                 checkpoint is kept).
         """
-        train_data, valid_data = self._training_data(train_data), self._validation_data(valid_data)
+        train_data, valid_data = self._training_data(train_data, per_process), self._validation_data(valid_data)
         saver = checkpoints.PeriodicCheckpoint(
             self.checkpoint_directory,
             every_steps=self.checkpoint_every_steps,
@@ -237,17 +249,15 @@ class Trainer:
         """Validation loss and metrics as `fit` logs them: the loss is a token mean, with accumulation too."""
         return keras.Model.evaluate(model, self._validation_data(valid_data), verbose=0, return_dict=True)
 
-    def _training_data(self, train_data):
+    def _training_data(self, train_data, per_process: bool):
         """Weights for accumulation and the strategy's split over devices."""
         if not _is_tf_dataset(train_data):
             self._check_plain_data_is_enough(train_data)
             return train_data
-        from keras_transformer.training import data
-
-        if self.recipe.accumulate > 1:
-            # With the summed loss: each token weighs 1 / (tokens of its update).
-            train_data = data.weight_by_update(train_data, self.recipe.accumulate)
-        return distribution.prepare_dataset(train_data, self.strategy)
+        # With accumulation's summed loss: each token weighs 1 / (tokens of its update).
+        return distribution.prepare_dataset(
+            train_data, self.strategy, per_process=per_process, micro_batches=self.recipe.accumulate
+        )
 
     def _validation_data(self, valid_data):
         """As `_training_data`, and with its number of batches known."""
