@@ -8,7 +8,9 @@ import warnings
 import numpy as np
 import pytest
 
+import keras_transformer as kt
 import keras_transformer.cli.main as cli
+import keras_transformer.training.run as run_module
 from helpers import TINY_TRAIN_ARGUMENTS
 from keras_transformer.training import data, parallel_text, preparation, prepared
 
@@ -211,3 +213,35 @@ def test_prepare_and_train_commands(tmp_path, corpus_files, capsys):
     assert cli.main(prepare_command[:-1] + [str(other), "--vocab-size", "48"]) == 0
     assert cli.main(train[:2] + [str(other)] + train[3:]) == 1
     assert "is not the vocabulary" in capsys.readouterr().err
+
+
+def test_a_run_from_text_trains_the_vocabulary_and_batches_as_it_did_in_memory(tmp_path, corpus_files, tokenizer):
+    # What train --src did before it prepared the text into the run folder.
+    sources, targets, _ = parallel_text.read_parallel(*corpus_files)
+    streamed_vocabulary = kt.train_tokenizer(run_module._sentences(*map(str, corpus_files), False), 40)
+    assert streamed_vocabulary.proto == kt.train_tokenizer(sources + targets, 40).proto
+    corpus = prepare(*corpus_files, tmp_path / "data", tokenizer, pairs_per_shard=100_000)
+    pairs, _ = in_memory(*corpus_files, tokenizer)
+    streamed = prepared.prepared_batches(corpus, 64, seed=3, repeat=True).take(60)  # over 2 epochs
+    remembered = data.token_batches(pairs, 64, seed=3, repeat=True).take(60)
+    assert batch_pairs(streamed) == batch_pairs(remembered)
+
+
+def test_a_run_prepares_its_text_once_and_refuses_other_text(tmp_path, corpus_files, monkeypatch):
+    source, target = map(str, corpus_files)
+    options = dict(src=source, tgt=target, max_length=16, vocab_size=40)
+    (tmp_path / "run").mkdir()
+    folder = run_module.TrainingRun(str(tmp_path / "run"), "transformer_tiny", **options)._prepare_text()
+    corpus = prepared.PreparedCorpus.open(folder)
+    assert corpus.inputs == [source, target] and corpus.tokenizer_sha256 == prepared.tokenizer_checksum(
+        kt.TransformerTokenizer(proto=str(tmp_path / "run" / "vocabulary.spm"))
+    )
+
+    def no_second_preparation(*args, **kwargs):
+        raise AssertionError("prepared again")
+
+    monkeypatch.setattr(preparation, "prepare_corpus", no_second_preparation)
+    assert run_module.TrainingRun(str(tmp_path / "run"), "transformer_tiny", **options)._prepare_text() == folder
+    other = run_module.TrainingRun(str(tmp_path / "run"), "transformer_tiny", **{**options, "tgt": source})
+    with pytest.raises(ValueError, match="train in a new run folder"):
+        other._prepare_text()

@@ -347,6 +347,7 @@ def test_train_resume_and_average_commands(tmp_path, pairs, capsys):
     ]
     assert cli.main(command + ["--max-steps", "6"]) == 0
     assert (run / "vocabulary.spm").exists() and (run / CURVES_PNG).exists()
+    assert (run / "data" / "manifest.json").exists()  # the training text, prepared once
     curves = read_curves(str(run / CURVES_CSV))
     assert [r["step"] for r in curves] == [3, 6]
     assert all(0.0 <= r["val_bleu"] <= 100.0 for r in curves)  # the validation BLEU curve
@@ -354,9 +355,11 @@ def test_train_resume_and_average_commands(tmp_path, pairs, capsys):
     names = [os.path.basename(p) for p in checkpoints.list_checkpoints(str(run / "checkpoints"))]
     assert names == ["ckpt-00000002.npz", "ckpt-00000004.npz", "ckpt-00000006.npz"]
 
+    capsys.readouterr()
     assert cli.main(command + ["--max-steps", "8"]) == 0
     output = capsys.readouterr().out
     assert "resuming from" in output and "at step 6" in output
+    assert "using the training data this run prepared" in output and "preparing" not in output
     assert "reshuffled from here, with seed 7" in output  # the default --seed 1, plus the step
     assert os.path.exists(run / "checkpoints" / "ckpt-00000008.npz")
 

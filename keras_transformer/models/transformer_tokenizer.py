@@ -2,7 +2,7 @@
 
 import io
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import keras
 import keras_hub
@@ -149,8 +149,9 @@ def train_tokenizer(
     `<s>`, `</s>` at ids 0-3.
 
     Args:
-        data: sentences (an iterable of strings), or paths of text files with
-            one sentence a line (plain or `.gz`); give both languages.
+        data: sentences (an iterable of strings; an iterator is streamed,
+            not held in memory), or paths of text files with one sentence a
+            line (plain or `.gz`); give both languages.
         vocabulary_size: number of subwords, the paper's ~37,000 for WMT
             English-German; about 8,000-10,000 suits Multi30k.
         model_type: `"bpe"` (the paper, English-German) or `"unigram"`.
@@ -160,18 +161,38 @@ def train_tokenizer(
     Returns:
         A `TransformerTokenizer`.
     """
-    import sentencepiece
-
     from keras_transformer.utils.files import read_lines
 
-    data = list(data) if not isinstance(data, list) else data
-    if data and all(isinstance(d, (str, os.PathLike)) and os.path.isfile(d) for d in data):
+    if not isinstance(data, Iterator):  # an iterator of sentences streams; SentencePiece keeps its sample
+        data = list(data)
+    if isinstance(data, list) and data and all(isinstance(d, (str, os.PathLike)) and os.path.isfile(d) for d in data):
         sentences = (line for path in data for line in read_lines(path))
     else:
         sentences = iter(data)
+    failure = []
+
+    def nonempty():
+        try:
+            yield from (s for s in sentences if s.strip())
+        except Exception as error:  # SentencePiece turns it into a RuntimeError of its own
+            failure.append(error)
+            raise
+
     model = io.BytesIO()
+    try:
+        _train_sentencepiece(nonempty(), model, vocabulary_size, model_type, max_sentences, sentencepiece_options)
+    except RuntimeError:
+        if failure:  # the sentences' own error, e.g. parallel files that are not line-aligned
+            raise failure[0] from None
+        raise
+    return TransformerTokenizer(proto=model.getvalue())
+
+
+def _train_sentencepiece(sentences, model, vocabulary_size, model_type, max_sentences, options) -> None:
+    import sentencepiece
+
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=(s for s in sentences if s.strip()),
+        sentence_iterator=sentences,
         model_writer=model,
         vocab_size=vocabulary_size,
         model_type=model_type,
@@ -188,6 +209,5 @@ def train_tokenizer(
         shuffle_input_sentence=True,
         hard_vocab_limit=False,
         minloglevel=2,
-        **sentencepiece_options,
+        **options,
     )
-    return TransformerTokenizer(proto=model.getvalue())

@@ -4,8 +4,10 @@
 data unless one is given), `run.json` (architecture and options, checked
 against the folder's earlier run so that a resumed run keeps its
 architecture), the `Trainer` built from the options, and resuming from the
-last checkpoint. The training data are text files (`src`/`tgt`) or a corpus
-`keras-transformer prepare` tokenized (`data`).
+last checkpoint. The training data are a corpus `keras-transformer prepare`
+tokenized (`data`), or text files (`src`/`tgt`), which the run prepares
+likewise into its folder (`data/`) once, after the vocabulary (several
+processes each read them into memory instead).
 
 Example, Multi30k's Transformer-Tiny recipe:
 
@@ -17,11 +19,11 @@ Example, Multi30k's Transformer-Tiny recipe:
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 from keras_transformer.presets.catalog import ARCHITECTURES
 from keras_transformer.training.recipe import TrainingRecipe
-from keras_transformer.training.run_folder import RUN_FILE, VOCABULARY_FILE, build_model, read_run_file
+from keras_transformer.training.run_folder import DATA_FOLDER, RUN_FILE, VOCABULARY_FILE, build_model, read_run_file
 from keras_transformer.training.trainer import CHECKPOINT_MINUTES, Trainer, TrainingResult
 from keras_transformer.utils.errors import UserError
 from keras_transformer.utils.files import file_replaced_atomically
@@ -167,11 +169,16 @@ class TrainingRun:
         if options["valid_src"]:
             valid = _read(options["valid_src"], options["valid_tgt"], options["skip_bad"], "validation")
         max_length = options["max_length"]
+        corpus = None
         if options["data"]:
-            corpus, tokenizer = self._prepared(write=chief)
+            corpus, tokenizer = self._prepared(options["data"], write=chief)
+        elif distribution.processes(options["strategy"])[0] == 1:
+            corpus, tokenizer = self._prepared(self._prepare_text())
         else:
+            # Several processes each read and tokenize the text, with the vocabulary
+            # every one is given, rather than wait for one to prepare it.
             train_sources, train_targets = _read(options["src"], options["tgt"], options["skip_bad"], "training")
-            tokenizer = self._vocabulary(train_sources + train_targets, write=chief)
+            tokenizer = self._vocabulary(lambda: train_sources + train_targets, write=chief)
             train_pairs = data.tokenize_pairs(train_sources, train_targets, tokenizer, max_length)
             source_tokens, target_tokens = train_pairs.num_tokens()
             print(
@@ -198,15 +205,17 @@ class TrainingRun:
                 print(f"{self.directory} has already reached step {step} (max_steps {options['max_steps']}).")
                 return None
             # Every batch splits evenly over the devices. A resumed run reshuffles
-            # with a seed of its step. With text in memory, every process of a
-            # multi-host run reads the same batches and keeps its rows of each;
-            # from a prepared corpus, each reads its own shards and batches of
-            # its share of the tokens (distribution.prepare_dataset).
+            # with a seed of its step. From a prepared corpus, each process of a
+            # multi-host run reads its own shards and batches its share of the
+            # tokens (distribution.prepare_dataset); with text in memory, every
+            # process reads the same batches and keeps its rows of each. A corpus
+            # of one shard (up to 100,000 pairs) streams in the order that
+            # token_batches gives the same pairs in memory.
             batches = dict(repeat=True, seed=options["seed"] + step, batch_multiple=trainer.replicas)
             if step:
                 print(f"the training data is reshuffled from here, with seed {batches['seed']} (--seed plus the step).")
             processes, process = distribution.processes(options["strategy"])
-            if options["data"]:
+            if corpus is not None:
                 batches.update(batch_multiple=trainer.replicas // processes, num_processes=processes)
                 tokens = options["tokens_per_batch"] // processes
                 train_data = prepared_batches(corpus, tokens, process_index=process, **batches)
@@ -222,7 +231,7 @@ class TrainingRun:
                     drop_remainder=trainer.replicas > 1,
                 )
             result = trainer.fit(
-                model, train_data, valid_data, step=step, valid_texts=valid, per_process=bool(options["data"])
+                model, train_data, valid_data, step=step, valid_texts=valid, per_process=corpus is not None
             )
         print(
             f"trained to step {result.step} at {result.tokens_per_second:.0f} target tokens/s; "
@@ -249,8 +258,8 @@ class TrainingRun:
         with file_replaced_atomically(run_file) as f:
             json.dump({"backbone": backbone_config, "arguments": self.options}, f, indent=2, default=str)
 
-    def _vocabulary(self, sentences: list[str], write: bool = True):
-        """The given vocabulary, the run folder's, or one trained on `sentences`."""
+    def _vocabulary(self, sentences: Callable[[], Iterable[str]], write: bool = True):
+        """The given vocabulary, the run folder's, or one trained on the `sentences()`."""
         from keras_transformer.models.transformer_tokenizer import TransformerTokenizer, train_tokenizer
 
         options = self.options
@@ -267,22 +276,51 @@ class TrainingRun:
             )
         else:
             print(f"training a shared vocabulary of {options['vocab_size']} subwords on the training data.")
-            tokenizer = train_tokenizer(sentences, options["vocab_size"])
+            tokenizer = train_tokenizer(sentences(), options["vocab_size"])
         if write:
             _write_vocabulary(path, tokenizer)
         return tokenizer
 
-    def _prepared(self, write: bool = True):
-        """The prepared corpus and its tokenizer, which the run folder's (and `vocabulary`) must match."""
+    def _prepare_text(self) -> str:
+        """The run folder's corpus prepared from `src`/`tgt`, prepared first (after the vocabulary) if absent.
+
+        A resumed run reads it, tokenizing nothing again.
+        """
+        from keras_transformer.training.preparation import prepare_corpus
+        from keras_transformer.training.prepared import MANIFEST_FILE, PreparedCorpus
+
+        options = self.options
+        folder = os.path.join(self.directory, DATA_FOLDER)
+        inputs = [str(path) for path in (options["src"], options["tgt"]) if path is not None]
+        if os.path.exists(os.path.join(folder, MANIFEST_FILE)):
+            corpus = PreparedCorpus.open(folder)
+            if (corpus.inputs, corpus.max_length) != (inputs, options["max_length"]):
+                raise ValueError(
+                    f"{folder} holds {', '.join(corpus.inputs)} prepared with max_length {corpus.max_length}, "
+                    f"not {', '.join(inputs)} with max_length {options['max_length']}: train in a new run folder."
+                )
+            print(f"using the training data this run prepared, {folder}.")
+            return folder
+        tokenizer = self._vocabulary(lambda: _sentences(options["src"], options["tgt"], options["skip_bad"]))
+        print(f"preparing the training data into {folder}, once: a resumed run reads it.")
+        prepare_corpus(
+            options["src"], options["tgt"], folder, tokenizer, options["max_length"], skip_bad=options["skip_bad"]
+        )
+        return folder
+
+    def _prepared(self, folder: str, write: bool = True):
+        """A prepared corpus and its tokenizer, which the run folder's (and `vocabulary`) must match."""
         from keras_transformer.models.transformer_tokenizer import TransformerTokenizer
         from keras_transformer.training.prepared import PreparedCorpus, tokenizer_checksum
 
         options = self.options
-        corpus = PreparedCorpus.open(options["data"])
-        print(f"training: {options['data']}: {corpus}.")
+        corpus = PreparedCorpus.open(folder)
+        print(f"training: {folder}: {corpus}.")
+        if not corpus.pairs:
+            raise ValueError(f"no usable sentence pairs in the training data ({', '.join(corpus.inputs)}).")
         if corpus.max_length > options["max_length"]:
             raise ValueError(
-                f"{options['data']} was prepared with max_length {corpus.max_length}: train with at least that "
+                f"{folder} was prepared with max_length {corpus.max_length}: train with at least that "
                 f"max_length, or prepare the corpus again with max_length {options['max_length']}."
             )
         tokenizer = corpus.tokenizer()
@@ -290,7 +328,7 @@ class TrainingRun:
         for given in (options["vocabulary"], path if os.path.exists(path) else None):
             if given is not None and tokenizer_checksum(TransformerTokenizer(proto=given)) != corpus.tokenizer_sha256:
                 raise ValueError(
-                    f"{given} is not the vocabulary {options['data']} was tokenized with: leave out the "
+                    f"{given} is not the vocabulary {folder} was tokenized with: leave out the "
                     "vocabulary, or train in a new run folder."
                 )
         if write and not os.path.exists(path):
@@ -306,6 +344,15 @@ def _read(source: str, target: str | None, skip_bad: bool, what: str) -> tuple[l
     if not sources:
         raise ValueError(f"no usable sentence pairs in the {what} data ({source}).")
     return sources, targets
+
+
+def _sentences(source: str, target: str | None, skip_bad: bool) -> Iterator[str]:
+    """Every source sentence, then every target sentence, streamed: the order a
+    vocabulary is trained on from sentences in memory, so it comes out the same."""
+    from keras_transformer.training.parallel_text import ReadReport, stream_parallel
+
+    for side in (0, 1):
+        yield from (pair[side] for pair in stream_parallel(source, target, ReadReport(), skip_bad=skip_bad))
 
 
 def _write_vocabulary(path: str, tokenizer) -> None:

@@ -5,6 +5,7 @@ import os
 
 RUN_FILE = "run.json"  # architecture and command-line options
 VOCABULARY_FILE = "vocabulary.spm"
+DATA_FOLDER = "data"  # the training text, prepared once (train --src/--tgt)
 CHECKPOINT_DIR = "checkpoints"
 
 

@@ -1,7 +1,9 @@
 """Train a Transformer on parallel text, with the paper's recipe by default.
 
 The run folder (--out) receives the vocabulary (trained from the training
-data unless --vocabulary is given), run.json (architecture and options),
+data unless --vocabulary is given), data/ (the training text tokenized once,
+as keras-transformer prepare does, which a resumed run reads without
+tokenizing again), run.json (architecture and options),
 checkpoints/ (every --checkpoint-every-steps steps and/or
 --checkpoint-every-minutes minutes), logs/ (TensorBoard), curves.csv and
 training_curves.png. Running the same command again resumes from the last
