@@ -245,3 +245,25 @@ def test_a_run_prepares_its_text_once_and_refuses_other_text(tmp_path, corpus_fi
     other = run_module.TrainingRun(str(tmp_path / "run"), "transformer_tiny", **{**options, "tgt": source})
     with pytest.raises(ValueError, match="train in a new run folder"):
         other._prepare_text()
+
+
+def test_a_datasets_dataset_of_translations_is_prepared_as_its_text_would_be(tmp_path, corpus_files, tokenizer):
+    datasets = pytest.importorskip("datasets")
+    sources, targets, report = parallel_text.read_parallel(*corpus_files)
+    rows = [{"en": s, "de": t} for s, t in zip(sources, targets)]
+    dataset = datasets.Dataset.from_dict({"translation": rows})
+    corpus = prepare(dataset, None, tmp_path / "data", tokenizer, languages=("en", "de"))
+    from_files = prepare(*corpus_files, tmp_path / "files", tokenizer)
+    assert ids(prepared.prepared_pairs(corpus, shuffle=False)) == ids(
+        prepared.prepared_pairs(from_files, shuffle=False)
+    )
+    assert (corpus.pairs, corpus.dropped, corpus.read) == (from_files.pairs, from_files.dropped, report)
+    assert corpus.inputs == ["a datasets.Dataset (en-de)"]
+    # The other direction, and a row with an empty side refused or counted as a line is.
+    reverse = prepare(dataset, None, tmp_path / "reverse", tokenizer, languages=("de", "en"))
+    assert ids(prepared.prepared_pairs(reverse, shuffle=False))[0][0] == tuple(np.asarray(tokenizer(targets[0])))
+    empty = datasets.Dataset.from_dict({"translation": rows[:3] + [{"en": " ", "de": "ein hund ."}]})
+    with pytest.raises(ValueError, match="row 4: empty sentence"):
+        prepare(empty, None, tmp_path / "empty", tokenizer, languages=("en", "de"))
+    counted = prepare(empty, None, tmp_path / "empty", tokenizer, languages=("en", "de"), skip_bad=True)
+    assert (counted.read.pairs, counted.read.empty) == (3, 1)

@@ -47,7 +47,7 @@ from keras_transformer.utils.text_libraries import require_text_libraries, tf
 
 
 def prepare_corpus(
-    source: str | os.PathLike,
+    source,
     target: str | os.PathLike | None,
     out: str | os.PathLike,
     tokenizer,
@@ -57,12 +57,15 @@ def prepare_corpus(
     chunk_size: int = 2048,
     pairs_per_shard: int = 100_000,
     overwrite: bool = False,
+    languages: tuple[str, str] | None = None,
 ) -> PreparedCorpus:
     """Tokenizes a parallel corpus into a prepared folder, in one streaming pass.
 
     Args:
         source, target: as for `read_parallel`: two line-aligned files, or a
-            TSV file and `None`.
+            TSV file and `None`; or a Hugging Face `datasets.Dataset` of
+            translation pairs (rows `{"translation": {"en": ..., "de": ...}}`,
+            as WMT14 is published) and `None`, with `languages`.
         out: the folder to write; it must not exist, be empty, or (with
             `overwrite`) hold a prepared corpus.
         tokenizer: the shared `TransformerTokenizer`.
@@ -73,6 +76,8 @@ def prepare_corpus(
         pairs_per_shard: about this many pairs per shard file (whole chunks);
             processes of a multi-host run read whole shards.
         overwrite: replace a prepared corpus in `out`.
+        languages: `(source, target)` language codes of a `datasets.Dataset`
+            source, e.g. `("en", "de")`.
 
     Returns:
         The `PreparedCorpus` written.
@@ -85,7 +90,12 @@ def prepare_corpus(
     out = Path(out)
     _check_writable(out, overwrite)
     report = ReadReport()
-    pairs = stream_parallel(source, target, report, skip_bad=skip_bad)
+    if languages is None:
+        pairs = stream_parallel(source, target, report, skip_bad=skip_bad)
+        inputs = [str(path) for path in (source, target) if path is not None]
+    else:
+        pairs = _translation_pairs(source, languages, report, skip_bad)
+        inputs = [f"{getattr(source.info, 'dataset_name', None) or 'a datasets.Dataset'} ({'-'.join(languages)})"]
     chunks, failure = _text_chunks(pairs, min(chunk_size, pairs_per_shard))
     id_dtype = "uint16" if tokenizer.vocabulary_size() <= 2**16 else "int32"
     tokenized = (
@@ -106,12 +116,32 @@ def prepare_corpus(
             tokenizer_sha256=tokenizer_checksum(tokenizer),
             id_dtype=id_dtype,
             shards=shards,
-            inputs=[str(path) for path in (source, target) if path is not None],
+            inputs=inputs,
             **counts,
         )
         # Last: a folder is a prepared corpus once its manifest exists.
         (folder / MANIFEST_FILE).write_text(json.dumps(corpus.manifest(), indent=2) + "\n", encoding="utf-8")
     return corpus
+
+
+def _translation_pairs(dataset, languages: tuple[str, str], report: ReadReport, skip_bad: bool):
+    """The `(source, target)` sentences of a Hugging Face dataset's `translation` rows, checked as lines are.
+
+    The dataset is read row by row (Arrow files, memory-mapped): nothing here
+    imports `datasets`, which the library does not depend on.
+    """
+    for number, row in enumerate(dataset, start=1):
+        pair = tuple(row["translation"][language] for language in languages)
+        if not all(side.strip() for side in pair):
+            if not skip_bad:
+                raise ValueError(
+                    f"row {number}: empty sentence. Remove the pair, "
+                    "or pass skip_bad=True (--skip-bad) to skip and count such rows."
+                )
+            report.empty += 1
+            continue
+        report.pairs += 1
+        yield pair
 
 
 def _all_cores() -> tf.data.Options:
