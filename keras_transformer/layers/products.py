@@ -125,7 +125,7 @@ def einsum(subscripts: str, x, kernel):
     sums in float32 as the module says."""
     if _summing_in_float32():
         x, kernel = ops.convert_to_tensor(x), ops.convert_to_tensor(kernel)
-        axes = _contracted_axes(subscripts)
+        axes = contracted_axes(subscripts)
         if axes and _both_bfloat16(x, kernel):
             return _tensordot(x, kernel, axes)
     return ops.einsum(subscripts, x, kernel)
@@ -158,12 +158,12 @@ def _tensordot(x1, x2, k: int):
     return _tensorflow_tensordot(x1, x2, k)
 
 
-def _contracted_axes(subscripts: str) -> int:
+def contracted_axes(subscripts: str) -> int:
     """k if `subscripts` contracts the first operand's last k axes with the
     second's first k (a tensordot, e.g. `"abc,cde->abde"`: 1), else 0.
 
     Example:
-    >>> _contracted_axes("abcd,cde->abe"), _contracted_axes("aecd,abcd->acbe")
+    >>> contracted_axes("abcd,cde->abe"), contracted_axes("aecd,abcd->acbe")
     (2, 0)
     """
     match = re.fullmatch(r"(\w+),(\w+)->(\w+)", subscripts.replace(" ", ""))

@@ -3,12 +3,18 @@
 The blocks' projections (W^Q, W^K, W^V, W^O and the FFN's W1, W2) keep
 Keras' weights, initialisation and int8 quantization, and multiply through
 this package's `products`, which sums bfloat16 products in float32 where
-the CPU has bfloat16 units.
+the CPU has bfloat16 units. Quantized to int8, they multiply through torch's
+int8 kernels on torch (`layers.torch_int8`), and through Keras' int8 code
+elsewhere.
 """
 
-import keras
+import functools
+import math
 
-from keras_transformer.layers import products
+import keras
+from keras import ops
+
+from keras_transformer.layers import products, torch_int8
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -25,6 +31,12 @@ class Dense(keras.layers.Dense):
     def call(self, inputs, training=None):
         return self.activation(products.dense(inputs, self.kernel, self.bias))
 
+    def quantized_call(self, inputs, training=None):
+        if not torch_int8.takes_torch_int8(self, inputs):
+            return super().quantized_call(inputs, training=training)
+        x = torch_int8.linear(inputs, ops.convert_to_tensor(self.kernel), ops.convert_to_tensor(self.kernel_scale))
+        return self.activation(x if self.bias is None else products.add_bias(x, self.bias))
+
     def quantize(self, mode=None, type_check=True, config=None):
         # Keras quantizes only its own class (`type_check`); a quantized layer runs Keras' `quantized_call`.
         super().quantize(mode, type_check=False, config=config)
@@ -40,6 +52,26 @@ class EinsumDense(keras.layers.EinsumDense):
         if self.bias is not None:
             x = products.add_bias(x, self.bias)
         return self.activation(x)
+
+    def quantized_call(self, inputs, training=None):
+        contracted = self._int8_contracted_axes
+        if not (contracted and torch_int8.takes_torch_int8(self, inputs)):
+            return super().quantized_call(inputs, training=training)
+        kernel, scale = ops.convert_to_tensor(self.kernel), ops.convert_to_tensor(self.kernel_scale)
+        x = torch_int8.linear(inputs, kernel, scale, contracted_axes=contracted)
+        if self.bias is not None:
+            x = products.add_bias(x, self.bias)
+        return self.activation(x)
+
+    @functools.cached_property
+    def _int8_contracted_axes(self) -> int:
+        """The kernel axes that the equation contracts (a tensordot's), where
+        the int8 kernel's scale holds one value per output in the outputs'
+        order (Keras' layout of it then); else 0. Fixed once quantized."""
+        contracted = products.contracted_axes(self.equation)
+        transpose = list(self._kernel_transpose_axes or [])
+        per_output = math.prod(self.kernel_scale.shape) == math.prod(self.kernel.shape[contracted:])
+        return contracted if contracted and transpose == sorted(transpose) and per_output else 0
 
     def quantize(self, mode=None, type_check=True, config=None):
         super().quantize(mode, type_check=False, config=config)

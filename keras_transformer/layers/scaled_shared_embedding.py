@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from keras_transformer.layers import products
+from keras_transformer.layers import products, torch_int8
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -21,7 +21,8 @@ class ScaledSharedEmbedding(keras.layers.ReversibleEmbedding):
 
     Keras' `ReversibleEmbedding` gives the tied `reverse` projection; what it
     lacks is the sqrt(d_model) scale, which is the only thing this subclass adds
-    (to quantized lookups too, so that `quantize("int8")` covers E as well).
+    (to quantized lookups too, so that `quantize("int8")` covers E as well;
+    on torch its int8 `h @ E^T` runs on torch's int8 kernels, `layers.torch_int8`).
     `E` starts from N(0, d_model^-0.5), so that the scaled embeddings have unit
     variance, as in tensor2tensor.
 
@@ -58,6 +59,15 @@ class ScaledSharedEmbedding(keras.layers.ReversibleEmbedding):
         return self._scaled(super().call(inputs, reverse=reverse), reverse)
 
     def quantized_call(self, inputs, reverse: bool = False):
+        if reverse and self.logit_soft_cap is None and torch_int8.takes_torch_int8(self, inputs):
+            if self.tie_weights:  # E: (vocabulary, d_model), one scale per token
+                embeddings, scale = ops.convert_to_tensor(self.embeddings), ops.convert_to_tensor(self.embeddings_scale)
+                return torch_int8.linear(inputs, embeddings, scale, weight_rows_are_outputs=True)
+            kernel, scale = (
+                ops.convert_to_tensor(self.reverse_embeddings),
+                ops.convert_to_tensor(self.reverse_embeddings_scale),
+            )
+            return torch_int8.linear(inputs, kernel, scale)
         return self._scaled(super().quantized_call(inputs, reverse=reverse), reverse)
 
     def quantize(self, mode=None, type_check=True, config=None):
