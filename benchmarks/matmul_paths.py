@@ -6,8 +6,11 @@
 
 GFLOP/s of the base model's matrix products (d_model 512, FFN 2048,
 vocabulary 32,000), each in float32, bfloat16, bfloat16 with float32 output
-(`preferred_element_type`) and int8 with int32 output, on each path a
-Keras backend can take:
+(`preferred_element_type`), int8 with int32 output and, on torch only,
+`int8-dynamic`: float32 in and out through int8 weights packed once and the
+input quantized at each call (`quantized::linear_dynamic`, torch.ao's
+dynamic quantization, which `keras_transformer.layers.torch_int8` runs), on
+each path a Keras backend can take:
 
 - `torch`: torch eager (oneDNN or MKL);
 - `tf-eager`, `tf-function`: TensorFlow op by op and as a graph without XLA
@@ -50,7 +53,7 @@ import time
 D_MODEL, FFN, VOCABULARY = 512, 2048, 32000
 DECODE_ROWS = (32, 128)
 TRAIN_ROWS = 4096
-DTYPES = ("float32", "bfloat16", "bfloat16->float32", "int8->int32")
+DTYPES = ("float32", "bfloat16", "bfloat16->float32", "int8->int32", "int8-dynamic")
 
 # XLA flags that could route dots to oneDNN, YNNPACK or XNNPACK (names as
 # this XLA's `debug_options_flags.cc` spells them).
@@ -164,6 +167,8 @@ def operands(product: Product, dtype: str):
 def torch_call(product: Product, dtype: str):
     import torch
 
+    if dtype == "int8-dynamic":
+        return torch_dynamic_int8_call(product)
     a, b = (torch.from_numpy(x) for x in operands(product, dtype))
     if dtype.startswith("bfloat16"):
         a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
@@ -176,8 +181,25 @@ def torch_call(product: Product, dtype: str):
     return lambda: torch.mm(a, b)
 
 
+def torch_dynamic_int8_call(product: Product):
+    """`a @ b` of float32 `a` through `b` quantized to int8 per output column, packed once."""
+    import torch
+
+    a, b = (torch.from_numpy(x) for x in operands(product, "float32"))
+    a = a.T if product.a_transposed else a
+    b = b.T if product.b_transposed else b
+    columns = b.T.contiguous()  # (n, k): one row per output
+    scale = columns.abs().amax(dim=1).double() / 127
+    quantized = torch.quantize_per_channel(columns, scale, torch.zeros_like(scale, dtype=torch.long), 0, torch.qint8)
+    packed = torch.ops.quantized.linear_prepack(quantized, None)
+    return lambda: torch.ops.quantized.linear_dynamic(a, packed, True)
+
+
 def tensorflow_call(product: Product, dtype: str, mode: str):
     import tensorflow as tf
+
+    if dtype == "int8-dynamic":
+        raise NotImplementedError("torch's kernel")
 
     if dtype == "bfloat16->float32":
         raise NotImplementedError("tf.linalg.matmul's output_type is for int8 inputs only")
@@ -199,6 +221,9 @@ def tensorflow_call(product: Product, dtype: str, mode: str):
 def jax_call(product: Product, dtype: str):
     import jax
     import jax.numpy as jnp
+
+    if dtype == "int8-dynamic":
+        raise NotImplementedError("torch's kernel")
 
     a, b = (jnp.asarray(x) for x in operands(product, dtype))
     if dtype.startswith("bfloat16"):
