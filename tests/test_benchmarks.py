@@ -301,3 +301,17 @@ def test_the_tokenizer_ceiling_times_both_tokenizers_on_the_same_ids(tmp_path, c
     assert "the same ids from both: True" in out
     rows = [line for line in out.splitlines() if line.startswith(("| tensorflow_text", "| sentencepiece"))]
     assert len(rows) >= 2 and all(float(row.split("|")[2].replace(",", "")) > 0 for row in rows)
+
+
+def test_data_pipeline_times_training_from_the_process_start_and_between_step_ends():
+    from benchmarks import data_pipeline
+
+    times = data_pipeline.step_times(100.0, [(4, 112.5), (5, 113.0), (6, 114.5)])
+    assert times == {"first_step": 4, "last_step": 6, "first_step_s": 12.5, "later_steps_s": 2.0}
+    row = {"pairs": 2000, "path": "resume", **times, "backend": "tensorflow", "tokens_per_batch": 4000}
+    row["peak_rss_mb"] = 1500.0
+    table = data_pipeline.report([row], "python -m benchmarks.data_pipeline")
+    assert "| 2,000 | resume |  |  |  |  |  | 12.5 s | 4-6 | 2.0 s | 1,500 MB |" in table
+    assert "tensorflow backend" in table
+    with pytest.raises(SystemExit):  # resume needs the run that train trains
+        data_pipeline.main(["--kinds", "prepare", "resume"])
