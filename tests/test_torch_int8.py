@@ -131,3 +131,18 @@ def test_an_int8_translation_runs_on_torch_kernels(trained_model, kernel_calls, 
     model.quantize("int8")
     assert model.translate(sources, beam_size=None) == float_translations
     assert kernel_calls["kernel"] > 0
+
+
+def test_each_row_is_quantized_on_its_own_scale():
+    import torch
+
+    float_layer, int8_layer = _quantized_pair(LAYERS["dense"][0], (2, 16))
+    rows = np.random.default_rng(2).normal(size=(2, 16)).astype("float32")
+    rows[1] *= 1000  # a row far larger than the other, in the same batch
+    with torch.inference_mode():
+        exact = ops.convert_to_numpy(float_layer(rows))
+        together = ops.convert_to_numpy(int8_layer(rows))
+        alone = ops.convert_to_numpy(int8_layer(rows[:1]))
+    # The small row keeps its own precision: with one scale for the batch it would round to zero.
+    assert np.abs(together[0] - exact[0]).max() < 0.05 * np.abs(exact[0]).max()
+    np.testing.assert_allclose(together[0], alone[0], atol=0.05 * np.abs(exact[0]).max())

@@ -14,12 +14,15 @@ The projections (`layers.projections`) and the output projection
 scales, packed here once per weight (again after the weight changes),
 wherever `takes_torch_int8` says so; elsewhere they run Keras' int8 code.
 
-One difference in numbers: the kernel quantizes its input with one scale
-for the whole tensor (all rows of a batch), where Keras' code takes one per
-row; the inputs are quantized to 7 bits (`reduce_range`), as `torch.ao`
-does on x86, so that CPUs without VNNI instructions cannot saturate their
-16-bit sums. So an int8 translation on torch can differ slightly with the
-batch it is in; `benchmarks/real_text.py` measures its BLEU against float32.
+The kernel quantizes its input with one scale for the whole tensor (all
+rows of a batch), where Keras' code takes one per row; so `linear` divides
+each row by its largest magnitude before the kernel and multiplies the
+row's outputs back after (a product is linear in each row), which gives
+every row the whole range, as Keras' scales do. The inputs are quantized to
+7 bits (`reduce_range`), as `torch.ao` does on x86: with 8, CPUs without
+VNNI instructions saturate the kernel's 16-bit sums. The translations
+differ a little from Keras' int8 ones on TensorFlow and JAX;
+`benchmarks/real_text.py` measures their BLEU against float32.
 
 Example:
 >>> import numpy as np, torch
@@ -105,7 +108,8 @@ def linear(inputs, weight, scale, *, contracted_axes: int = 1, weight_rows_are_o
     leading = tuple(inputs.shape[: inputs.dim() - contracted_axes])
     packed = _packed(weight, scale, _product(output_shape), weight_rows_are_outputs)
     flat = inputs.reshape(*leading, _product(contracted_shape))
-    outputs = torch.ops.quantized.linear_dynamic(flat, packed, True)
+    row_scale = flat.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(flat.dtype).tiny)
+    outputs = torch.ops.quantized.linear_dynamic(flat / row_scale, packed, True) * row_scale  # True: 7 bits
     return outputs.reshape(*leading, *output_shape)
 
 

@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=PRECISIONS,
         default="float32",
         help="float32 (default); bfloat16 (Keras' mixed_bfloat16 policy) or int8 (Keras' int8 quantization, "
-        "weights a quarter the size); their BLEU and speed against float32 are in benchmarks/RESULTS.md",
+        "weights a quarter the size; on torch, multiplied by torch's own int8 kernels); their BLEU and speed "
+        "against float32 are in benchmarks/RESULTS.md",
     )
     parser.add_argument(
         "--target-language",
