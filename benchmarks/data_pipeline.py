@@ -203,15 +203,16 @@ def run_measurement(kind, source, target, folder, args) -> dict:
     return json.loads(output.strip().splitlines()[-1])
 
 
-def report(rows: list[dict], command: str) -> str:
+def report(rows: list[dict], command: str, load: tuple[float, float] | None = None) -> str:
+    """The Markdown report; `load`: the 1-minute load averages at the run's start and end."""
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
     lines = [
         "# Training data: in memory against prepared and streamed, and training from it",
         "",
         f"- Date (UTC): {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
         f"- Command: `{command}` (from the repository root)",
-        f"- Machine: {os.cpu_count()} CPUs, {cpu}, {platform.platform()}; shared with other engineers' work "
-        "while it ran, so the times are upper bounds and vary from run to run.",
+        f"- Machine: {os.cpu_count()} CPUs, {cpu}, {platform.platform()}"
+        + (f"; load average {load[0]:.2f} at the start, {load[1]:.2f} at the end." if load else "."),
         "- Corpus: synthetic, two Multi30k training sentences joined per line (about 30 tokens a side), "
         "tokenized with the `multi30k_en_de` vocabulary; max length 256.",
         "- Each measurement runs in its own process; peak RSS is that process's.",
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("resume resumes the run that train trains: measure train too.")
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, load_at_start = [], os.getloadavg()[0]
     for pairs in args.pairs:
         folder = workdir / f"prepared{pairs}"
         if "prepare" not in args.kinds and {"stream", "train"} & set(args.kinds):
@@ -282,7 +283,8 @@ def main(argv: list[str] | None = None) -> None:
             row = {"pairs": pairs, "path": kind, **run_measurement(kind, source, target, folder, args)}
             print(json.dumps(row), flush=True)
             rows.append(row)
-    text = report(rows, "python -m benchmarks.data_pipeline " + " ".join(sys.argv[1:] if argv is None else argv))
+    command = "python -m benchmarks.data_pipeline " + " ".join(sys.argv[1:] if argv is None else argv)
+    text = report(rows, command, (load_at_start, os.getloadavg()[0]))
     print(text)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
