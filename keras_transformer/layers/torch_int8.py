@@ -36,6 +36,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 import weakref
 
@@ -106,8 +107,8 @@ def linear(inputs, weight, scale, *, contracted_axes: int = 1, weight_rows_are_o
         contracted_shape = tuple(weight.shape[:contracted_axes])
         output_shape = tuple(weight.shape[contracted_axes:])
     leading = tuple(inputs.shape[: inputs.dim() - contracted_axes])
-    packed = _packed(weight, scale, _product(output_shape), weight_rows_are_outputs)
-    flat = inputs.reshape(*leading, _product(contracted_shape))
+    packed = _packed(weight, scale, math.prod(output_shape), weight_rows_are_outputs)
+    flat = inputs.reshape(*leading, math.prod(contracted_shape))
     row_scale = flat.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(flat.dtype).tiny)
     outputs = torch.ops.quantized.linear_dynamic(flat / row_scale, packed, True) * row_scale  # True: 7 bits
     return outputs.reshape(*leading, *output_shape)
@@ -137,10 +138,3 @@ def _pack(weight, scale, outputs: int, weight_rows_are_outputs: bool):
             rows.detach().contiguous(), per_output, torch.zeros(outputs, dtype=torch.long), 0
         )
         return torch.ops.quantized.linear_prepack(quantized, None)
-
-
-def _product(shape: tuple) -> int:
-    size = 1
-    for dimension in shape:
-        size *= int(dimension)
-    return size

@@ -30,7 +30,7 @@ import itertools
 import json
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from keras_transformer.training.parallel_text import ReadReport, stream_parallel
@@ -47,7 +47,7 @@ from keras_transformer.utils.text_libraries import require_text_libraries, tf
 
 
 def prepare_corpus(
-    source,
+    source: str | os.PathLike | Iterable[dict],
     target: str | os.PathLike | None,
     out: str | os.PathLike,
     tokenizer,
