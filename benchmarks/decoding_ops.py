@@ -6,9 +6,10 @@
 XLA itself. With `--xla_cpu_enable_xprof_traceme` every operation of the
 compiled search is a profiler event, and the optimised program (dumped
 beside it) names the model operation each one came from. The benchmark's
-decoding workload (the random Marian checkpoint, batch 32, 24 source tokens,
-exactly 24 new tokens) runs a few times under the backend's profiler, and the
-events are summed by role:
+decoding workload (the random Marian checkpoint, batch 32 unless `--batch`,
+24 source tokens, exactly 24 new tokens; float32 unless `--precision int8`)
+runs a few times under the backend's profiler, and the events are summed by
+role:
 
 - **output projection**: the logits `h @ E^T` over the vocabulary;
 - **feed-forward**, **attention projections** (W^Q, W^K, W^V, W^O): the
@@ -147,6 +148,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", default="base", choices=("micro", "tiny", "base"))
     parser.add_argument("--beam-size", type=int, default=4, help="1: greedy search")
     parser.add_argument("--calls", type=int, default=5, help="profiled decoding calls, after two unprofiled ones")
+    parser.add_argument("--batch", type=int, default=BATCH, help="sentences a call")
+    parser.add_argument("--precision", default="float32", choices=("float32", "int8"))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--top", type=int, default=0, help="also list the N costliest model operations")
     parser.add_argument("--workdir", type=Path, default=REPO_ROOT / "benchmarks" / ".work")
@@ -175,9 +178,9 @@ def profile(args: argparse.Namespace, backend: str, dump: str, logdir: str) -> N
     from benchmarks.project import ProjectImplementation
     from benchmarks.workloads import Decode
 
-    implementation = ProjectImplementation(build(args.size, args.workdir / args.size), "float32", args.threads)
+    implementation = ProjectImplementation(build(args.size, args.workdir / args.size), args.precision, args.threads)
     beam_size = None if args.beam_size == 1 else args.beam_size
-    workload = Decode(args.size, BATCH, SOURCE_LENGTH, NEW_TOKENS, beam_size=beam_size)
+    workload = Decode(args.size, args.batch, SOURCE_LENGTH, NEW_TOKENS, beam_size=beam_size)
     implementation.decode(workload)
     implementation.decode(workload)
     with profiled(backend, logdir):
@@ -202,7 +205,7 @@ def profile(args: argparse.Namespace, backend: str, dump: str, logdir: str) -> N
         )
     search = "greedy" if beam_size is None else f"beam {beam_size}"
     print(
-        f"{args.size}, {search}, batch {BATCH}, {SOURCE_LENGTH} -> {NEW_TOKENS} tokens, {backend} + XLA, "
+        f"{args.size} {args.precision}, {search}, batch {args.batch}, {SOURCE_LENGTH} -> {NEW_TOKENS} tokens, {backend} + XLA, "
         f"{args.threads} threads: {call_s:.3f} s a call; operations cover {covered / call_s:.0%} of it"
     )
     print("| part | ms per call | ms per step | share |")

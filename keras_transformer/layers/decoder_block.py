@@ -177,27 +177,20 @@ class DecoderBlock(keras.layers.Layer):
         def cross_attention(h):
             return attend_cached(self.cross_attention, h, *cross_attention_cache, source_visible, beams)[0]
 
-        x = self._sublayers(x, self_attention, cross_attention)
+        x = self._sublayers(x, self_attention, cross_attention, dropout=False)
         return x, (keys, values)
 
-    def _sublayers(self, x, self_attention, cross_attention, training=None):
+    def _sublayers(self, x, self_attention, cross_attention, training=None, dropout: bool = True):
         """Section 3.1's three sublayers, given how to attend; their residual
-        dropouts apply only when `training`."""
-        x = residual_sublayer(
-            x, self_attention, self.self_attention_dropout, self.self_attention_norm, self.normalize_first, training
-        )
+        dropouts apply only when `training`, and are left out without `dropout`."""
+
+        def sublayer(h, attend, dropout_layer, norm):
+            return residual_sublayer(h, attend, dropout_layer if dropout else None, norm, self.normalize_first, training)
+
+        x = sublayer(x, self_attention, self.self_attention_dropout, self.self_attention_norm)
         if self.cross_attention is not None:
-            x = residual_sublayer(
-                x,
-                cross_attention,
-                self.cross_attention_dropout,
-                self.cross_attention_norm,
-                self.normalize_first,
-                training,
-            )
-        return residual_sublayer(
-            x, self.feed_forward, self.feed_forward_dropout, self.feed_forward_norm, self.normalize_first, training
-        )
+            x = sublayer(x, cross_attention, self.cross_attention_dropout, self.cross_attention_norm)
+        return sublayer(x, self.feed_forward, self.feed_forward_dropout, self.feed_forward_norm)
 
     def get_config(self):
         config = super().get_config()

@@ -2,11 +2,12 @@
 
 import keras
 
+from keras_transformer.layers.direct_call import DirectCall
 from keras_transformer.layers.projections import Dense
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class FeedForward(keras.layers.Layer):
+class FeedForward(DirectCall, keras.layers.Layer):
     """`FFN(x) = max(0, x W1 + b1) W2 + b2` (equation 2), applied to each position.
 
     `inner` is `x W1 + b1` (d_model to d_ff = `intermediate_dim`) with the

@@ -5,7 +5,8 @@ Keras' weights, initialisation and int8 quantization, and multiply through
 this package's `products`, which sums bfloat16 products in float32 where
 the CPU has bfloat16 units. Quantized to int8, they multiply through torch's
 int8 kernels on torch (`layers.torch_int8`), and through Keras' int8 code
-elsewhere.
+elsewhere. On torch they skip Keras' per-call work where it adds nothing
+(`layers.direct_call`).
 """
 
 import functools
@@ -15,10 +16,11 @@ import keras
 from keras import ops
 
 from keras_transformer.layers import products, torch_int8
+from keras_transformer.layers.direct_call import DirectCall
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Dense(keras.layers.Dense):
+class Dense(DirectCall, keras.layers.Dense):
     """`activation(x W + b)`, `keras.layers.Dense`'s weights and quantization.
 
     Example:
@@ -43,7 +45,7 @@ class Dense(keras.layers.Dense):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class EinsumDense(keras.layers.EinsumDense):
+class EinsumDense(DirectCall, keras.layers.EinsumDense):
     """`activation(einsum(equation, x, W) + b)`, `keras.layers.EinsumDense`'s
     weights (Glorot fans from the equation's input and output axes) and quantization."""
 

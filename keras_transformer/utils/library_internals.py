@@ -68,6 +68,17 @@ def micro_batches_since_update(optimizer: keras.optimizers.Optimizer) -> int:
     return int(keras.ops.convert_to_numpy(optimizer._iterations)) % micro_batches
 
 
+def autocast_scope():
+    """The autocast scope Keras' `Layer.__call__` opened around the current
+    call (mixed precision), or None (`keras.src.backend.get_autocast_scope`)."""
+    return keras.src.backend.get_autocast_scope()
+
+
+def keras_mask(tensor):
+    """The mask Keras attached to a tensor, or None (`keras.src.backend.get_keras_mask`)."""
+    return keras.src.backend.get_keras_mask(tensor)
+
+
 def add_special_token(tokenizer, piece: str, name: str) -> None:
     """Declares `piece` as the tokenizer's `<name>` / `<name>_id` (KerasHub's
     own model tokenizers call this protected method the same way)."""

@@ -1,0 +1,58 @@
+"""Calling a built layer's `call` directly on torch, without Keras' per-call work.
+
+At every call, Keras' `Layer.__call__` binds the arguments to `call`'s
+signature, resolves the training flag and the masks, opens a name scope and
+an autocast scope, checks the input, and goes through `torch.nn.Module`'s
+hooks. Under XLA (TensorFlow, JAX) that runs once, while the search is
+traced; torch runs eagerly, so it runs at every call of every layer, and in
+a small model's decoding step it costs about as much as the products
+themselves (`benchmarks/RESULTS.md`, "torch: where a decoding call goes").
+Keras has no switch for it, hence this mixin.
+
+A layer with `DirectCall` first among its bases runs `call` (or
+`quantized_call`, as Keras would) directly when none of that work would
+change anything: on torch, built, one tensor argument of the layer's compute
+dtype without a Keras mask, no autocast scope and no mixed precision, no
+activity regularizer, no rematerialization. Any other call goes through
+Keras' `__call__`. torch forward hooks registered on such a layer do not run
+on the direct path.
+
+Example:
+>>> import keras, numpy as np
+>>> class Double(DirectCall, keras.layers.Layer):
+...     def call(self, inputs):
+...         return inputs * 2
+>>> keras.ops.convert_to_numpy(Double()(np.ones(2, "float32"))).tolist()
+[2.0, 2.0]
+"""
+
+import keras
+
+from keras_transformer.utils import library_internals
+
+_ON_TORCH = keras.config.backend() == "torch"
+
+
+class DirectCall:
+    """Mixin: `layer(x)` as `layer.call(x)` on torch where Keras' `__call__` would add nothing."""
+
+    def __call__(self, *args, **kwargs):
+        if _ON_TORCH and not kwargs and len(args) == 1 and calls_directly(self, args[0]):
+            if self.quantization_mode is not None:
+                return self.quantized_call(args[0])
+            return self.call(args[0])
+        return super().__call__(*args, **kwargs)
+
+
+def calls_directly(layer: keras.layers.Layer, inputs) -> bool:
+    """Whether `layer(inputs)` may skip Keras' `__call__` (see the module's docstring)."""
+    return (
+        layer.built
+        and keras.ops.is_tensor(inputs)
+        and keras.backend.standardize_dtype(inputs.dtype) == layer.compute_dtype
+        and layer.compute_dtype == layer.variable_dtype
+        and library_internals.keras_mask(inputs) is None
+        and library_internals.autocast_scope() is None
+        and layer.activity_regularizer is None
+        and getattr(layer, "_remat_mode", None) is None
+    )

@@ -1,0 +1,75 @@
+"""Layers with `DirectCall` skip Keras' `Layer.__call__` on torch where it adds
+nothing (`layers.direct_call`), with Keras' values, and go through it otherwise."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_transformer.layers.direct_call import calls_directly
+from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.projections import Dense, EinsumDense
+from keras_transformer.layers.residual import LayerNormalization
+
+ON_TORCH = keras.config.backend() == "torch"
+# The layers of a decoder block's step that are called once or more per step.
+STEP_LAYERS = {"query", "key", "value", "attention_output", "inner", "outer", "feed_forward"}
+
+
+@pytest.fixture
+def through_keras(monkeypatch) -> list[str]:
+    """The names of the layers called through Keras' `Layer.__call__`."""
+    names = []
+    keras_call = keras.layers.Layer.__call__
+
+    def recorded(layer, *args, **kwargs):
+        names.append(layer.name)
+        return keras_call(layer, *args, **kwargs)
+
+    monkeypatch.setattr(keras.layers.Layer, "__call__", recorded)
+    return names
+
+
+def _layers():
+    return [
+        Dense(6, activation="relu"),
+        EinsumDense("abc,cd->abd", output_shape=(None, 6), bias_axes="d"),
+        LayerNormalization(),
+        FeedForward(intermediate_dim=12),
+    ]
+
+
+@pytest.mark.parametrize("layer", _layers(), ids=lambda layer: type(layer).__name__)
+def test_a_direct_call_gives_keras_values(layer, through_keras):
+    x = ops.convert_to_tensor(np.random.default_rng(0).normal(size=(2, 3, 4)).astype("float32"))
+    layer.build(x.shape)
+    direct = ops.convert_to_numpy(layer(x))
+    assert (layer.name in through_keras) != ON_TORCH
+    expected = ops.convert_to_numpy(keras.layers.Layer.__call__(layer, x))
+    np.testing.assert_array_equal(direct, expected)
+
+
+def test_decoding_steps_call_the_blocks_layers_directly_on_torch_only(tiny_model, through_keras):
+    tiny_model.generate(["a dog runs ."], max_length=6)
+    layers_of_steps = STEP_LAYERS | {name for name in through_keras if name.endswith("_norm")}
+    if ON_TORCH:
+        assert not layers_of_steps & set(through_keras)
+    else:  # traced once under XLA, where Keras' name scopes name the compiled operations
+        assert STEP_LAYERS <= set(through_keras)
+
+
+def test_what_keras_call_would_change_goes_through_it():
+    layer = Dense(3)
+    x = ops.ones((2, 4))
+    assert not calls_directly(layer, x)  # not built: Keras builds it
+    layer(x)
+    assert calls_directly(layer, x)  # whether it is taken depends on the backend (`DirectCall`)
+    assert not calls_directly(layer, keras.Input((4,)))  # symbolic
+    assert not calls_directly(layer, ops.ones((2, 4), "int32"))  # Keras casts the input
+    mixed = Dense(3, dtype="mixed_bfloat16")
+    mixed.build((2, 4))
+    assert not calls_directly(mixed, ops.ones((2, 4), "bfloat16"))  # variables autocast in Keras' scope
+    assert keras.backend.standardize_dtype(mixed(x).dtype) == "bfloat16"
+    masked = ops.ones((2, 4))
+    masked._keras_mask = ops.ones((2,), "bool")
+    assert not calls_directly(layer, masked)
