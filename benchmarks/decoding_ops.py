@@ -205,7 +205,8 @@ def profile(args: argparse.Namespace, backend: str, dump: str, logdir: str) -> N
         )
     search = "greedy" if beam_size is None else f"beam {beam_size}"
     print(
-        f"{args.size} {args.precision}, {search}, batch {args.batch}, {SOURCE_LENGTH} -> {NEW_TOKENS} tokens, {backend} + XLA, "
+        f"{args.size} {args.precision}, {search}, batch {args.batch}, {SOURCE_LENGTH} -> {NEW_TOKENS} tokens, "
+        f"{backend} + XLA, "
         f"{args.threads} threads: {call_s:.3f} s a call; operations cover {covered / call_s:.0%} of it"
     )
     print("| part | ms per call | ms per step | share |")

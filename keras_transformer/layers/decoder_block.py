@@ -184,8 +184,9 @@ class DecoderBlock(keras.layers.Layer):
         """Section 3.1's three sublayers, given how to attend; their residual
         dropouts apply only when `training`, and are left out without `dropout`."""
 
-        def sublayer(h, attend, dropout_layer, norm):
-            return residual_sublayer(h, attend, dropout_layer if dropout else None, norm, self.normalize_first, training)
+        def sublayer(h, attend, residual_dropout, norm):
+            kept_dropout = residual_dropout if dropout else None
+            return residual_sublayer(h, attend, kept_dropout, norm, self.normalize_first, training)
 
         x = sublayer(x, self_attention, self.self_attention_dropout, self.self_attention_norm)
         if self.cross_attention is not None:
