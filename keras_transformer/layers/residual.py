@@ -28,6 +28,7 @@ def residual_sublayer(
     >>> residual_sublayer(3.0, lambda h: 2 * h, dropout, norm=lambda h: h / 9, normalize_first=True)
     3.6666666666666665
     """
+
     def dropped(h):
         return h if dropout is None else dropout(h, training=training)
 
