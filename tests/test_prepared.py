@@ -11,7 +11,7 @@ import pytest
 import keras_transformer as kt
 import keras_transformer.cli.main as cli
 import keras_transformer.training.run as run_module
-from helpers import TINY_TRAIN_ARGUMENTS
+from helpers import REPO_ROOT, TINY_TRAIN_ARGUMENTS
 from keras_transformer.training import data, parallel_text, preparation, prepared
 
 WORDS = "a dog cat man woman runs play sleeps two dogs . ein hund katze frau singt".split()  # the tokenizer's
@@ -267,3 +267,22 @@ def test_a_datasets_dataset_of_translations_is_prepared_as_its_text_would_be(tmp
         prepare(empty, None, tmp_path / "empty", tokenizer, languages=("en", "de"))
     counted = prepare(empty, None, tmp_path / "empty", tokenizer, languages=("en", "de"), skip_bad=True)
     assert (counted.read.pairs, counted.read.empty) == (3, 1)
+
+
+def test_preparation_tokenizes_as_tensorflow_pipelines_do():
+    """Preparation tokenizes outside TensorFlow (KerasHub's Python path); the ids
+    are those of the TensorFlow op that preprocessing in `tf.data` runs."""
+    import tensorflow as tf
+
+    tokenizer = kt.TransformerTokenizer(proto=str(REPO_ROOT / "presets/multi30k_en_de/assets/tokenizer/vocabulary.spm"))
+    sentences = [
+        "Zwei Hunde spielen im Schnee.",
+        "  Leading, trailing   and repeated spaces  ",
+        "Ein naïver Café-Besitzer – „Anführungszeichen“ 🙂",
+        "ÄÖÜ äöü ß ﬁ and 日本語",
+        "x",
+    ]
+    flat, lengths = preparation._id_rows(tokenizer, sentences)
+    in_tensorflow = tf.function(tokenizer)(tf.constant(sentences))
+    assert lengths.tolist() == in_tensorflow.row_lengths().numpy().tolist()
+    assert flat.tolist() == in_tensorflow.flat_values.numpy().tolist()

@@ -2,12 +2,17 @@
 
 `prepare_corpus(source, target, out, tokenizer, max_length)` reads the pair
 files in one streaming pass (with `read_parallel`'s checks and counts: it is
-`stream_parallel`), tokenizes chunks of pairs in parallel with `tf.data`,
-drops (and counts) pairs too long for `max_length` as `tokenize_pairs` does,
-and writes the token ids into sharded TFRecord files, the vocabulary, and
-last a manifest (`manifest.json`). Memory is bounded by a few chunks,
-whatever the corpus size. `keras_transformer.training.prepared` reads the
-folder back.
+`stream_parallel`), tokenizes them a chunk at a time, drops (and counts)
+pairs too long for `max_length` as `tokenize_pairs` does, and writes the
+token ids into sharded TFRecord files, the vocabulary, and last a manifest
+(`manifest.json`). Memory is bounded by a chunk, whatever the corpus size.
+`keras_transformer.training.prepared` reads the folder back.
+
+A chunk is tokenized by the tokenizer's own `tokenize` on a Python list,
+outside TensorFlow: KerasHub then encodes it with the `sentencepiece`
+package, a batch on every core: the same model and the same ids as the
+TensorFlow op that `tf.data` pipelines run, and faster
+(`benchmarks/RESULTS-data.md`).
 
 The folder is written under a hidden temporary name next to `out` and renamed
 to `out` once complete, so a preparation interrupted at any point leaves no
@@ -32,6 +37,8 @@ import os
 import random
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+import numpy as np
 
 from keras_transformer.training.parallel_text import ReadReport, stream_parallel
 from keras_transformer.training.prepared import (
@@ -96,18 +103,11 @@ def prepare_corpus(
     else:
         pairs = _translation_pairs(source, languages, report, skip_bad)
         inputs = [f"{getattr(source.info, 'dataset_name', None) or 'a datasets.Dataset'} ({'-'.join(languages)})"]
-    chunks, failure = _text_chunks(pairs, min(chunk_size, pairs_per_shard))
+    chunk_size = min(chunk_size, pairs_per_shard)
+    tokenized = (_tokenized_chunk(tokenizer, chunk, max_length) for chunk in _chunks(pairs, chunk_size))
     id_dtype = "uint16" if tokenizer.vocabulary_size() <= 2**16 else "int32"
-    tokenized = (
-        tf.data.Dataset.from_generator(chunks, output_signature=(tf.TensorSpec([None], tf.string),) * 2)
-        .map(_chunk_tokenizer(tokenizer, max_length), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        .prefetch(2)
-        .with_options(_all_cores())
-    )
     with folder_replaced_atomically(out) as folder:
-        shards, counts = _write_shards(tokenized.as_numpy_iterator(), folder, pairs_per_shard, id_dtype)
-        if failure:
-            raise failure[0]
+        shards, counts = _write_shards(tokenized, folder, pairs_per_shard, id_dtype)
         (folder / VOCABULARY_FILE).write_bytes(tokenizer.proto)
         corpus = PreparedCorpus(
             folder=out,
@@ -144,14 +144,6 @@ def _translation_pairs(dataset, languages: tuple[str, str], report: ReadReport, 
         yield pair
 
 
-def _all_cores() -> tf.data.Options:
-    """tf.data runs each op of a map on one thread by default; the tokenizer
-    op splits a chunk over threads of its own when allowed to."""
-    options = tf.data.Options()
-    options.threading.max_intra_op_parallelism = os.cpu_count() or 1
-    return options
-
-
 def _check_writable(out: Path, overwrite: bool) -> None:
     if not out.exists() or (out.is_dir() and not any(out.iterdir())):
         return
@@ -161,37 +153,35 @@ def _check_writable(out: Path, overwrite: bool) -> None:
         raise ValueError(f"{out} already holds a prepared corpus; pass overwrite=True (--overwrite) to replace it.")
 
 
-def _text_chunks(pairs: Iterator[tuple[str, str]], chunk_size: int):
-    """A generator function of `(sources, targets)` lists, and a list that receives its error.
-
-    tf.data turns an exception inside a generator into its own error type;
-    keeping it lets `prepare_corpus` raise `read_parallel`'s `ValueError` (or the `OSError`) itself.
-    """
-    failure = []
-
-    def chunks():
-        try:
-            while chunk := list(itertools.islice(pairs, chunk_size)):
-                sources, targets = zip(*chunk)
-                yield list(sources), list(targets)
-        except Exception as error:  # a bad line, an unreadable file
-            failure.append(error)
-
-    return chunks, failure
+def _chunks(pairs: Iterator[tuple[str, str]], chunk_size: int) -> Iterator[tuple[list[str], list[str]]]:
+    """`(sources, targets)` lists of at most `chunk_size` pairs."""
+    while chunk := list(itertools.islice(pairs, chunk_size)):
+        sources, targets = zip(*chunk)
+        yield list(sources), list(targets)
 
 
-def _chunk_tokenizer(tokenizer, max_length: int):
+def _tokenized_chunk(tokenizer, chunk: tuple[list[str], list[str]], max_length: int) -> tuple:
     """Token ids of a chunk's kept pairs as flat values and lengths, and the count dropped."""
+    (source_ids, source_lengths), (target_ids, target_lengths) = (_id_rows(tokenizer, texts) for texts in chunk)
+    # Room for the specials `TransformerPreprocessor` adds: <s> and </s> around
+    # a source, one of them before or after a target.
+    fits = (source_lengths + 2 <= max_length) & (target_lengths + 1 <= max_length)
+    dropped = len(fits) - int(fits.sum())
+    if dropped:
+        source_ids = source_ids[np.repeat(fits, source_lengths)]
+        target_ids = target_ids[np.repeat(fits, target_lengths)]
+        source_lengths, target_lengths = source_lengths[fits], target_lengths[fits]
+    return source_ids, source_lengths, target_ids, target_lengths, dropped
 
-    def tokenize(sources, targets):
-        source_ids, target_ids = (tf.cast(tokenizer(texts), "int32") for texts in (sources, targets))
-        fits = tf.logical_and(source_ids.row_lengths() + 2 <= max_length, target_ids.row_lengths() + 1 <= max_length)
-        source_ids, target_ids = (tf.ragged.boolean_mask(ids, fits) for ids in (source_ids, target_ids))
-        dropped = tf.size(fits) - tf.reduce_sum(tf.cast(fits, "int32"))
-        lengths = [tf.cast(ids.row_lengths(), "int32") for ids in (source_ids, target_ids)]
-        return source_ids.flat_values, lengths[0], target_ids.flat_values, lengths[1], dropped
 
-    return tokenize
+def _id_rows(tokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The token ids of `texts`, flat, and each text's count of them."""
+    ids = tokenizer.tokenize(texts)
+    if isinstance(ids, list):  # KerasHub's Python path: a list of id lists
+        lengths = np.fromiter(map(len, ids), "int32", len(ids))
+        return np.fromiter(itertools.chain.from_iterable(ids), "int32", int(lengths.sum())), lengths
+    # A tokenizer that KerasHub keeps on its TensorFlow path: a `tf.RaggedTensor`.
+    return ids.flat_values.numpy().astype("int32"), ids.row_lengths().numpy().astype("int32")
 
 
 def _write_shards(chunks, folder: Path, pairs_per_shard: int, id_dtype: str) -> tuple[list[dict], dict]:
