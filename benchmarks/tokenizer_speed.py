@@ -6,10 +6,12 @@ the benchmark's synthetic corpus lines (two Multi30k training sentences
 joined, about 30 tokens, as `benchmarks.data_pipeline` generates them), with
 the `multi30k_en_de` vocabulary, in one process:
 
-- tensorflow_text's SentencePiece op, as the project calls it, in chunks of
-  2,048 lines (preparation's chunk);
+- tensorflow_text's SentencePiece op, as `tf.data` preprocessing runs it,
+  in chunks of 2,048 lines;
 - the `sentencepiece` package's batch `encode` (keras-hub's dependency), on
-  1 thread and on every core.
+  1 thread and on every core;
+- `TransformerTokenizer.tokenize` on Python lists of 2,048 lines, as
+  preparation calls it (KerasHub's Python path: that package, every core).
 
 A pair is two sentences, so pairs/s is half the sentences/s printed.
 
@@ -55,7 +57,16 @@ def main(argv=None) -> int:
         processor.encode(lines, num_threads=threads)
         results[f"sentencepiece encode, {threads} thread(s)"] = len(lines) / (time.perf_counter() - start)
 
-    print(f"{len(lines):,} lines; the same ids from both: {same}")
+    from keras_transformer import TransformerTokenizer
+
+    tokenizer = TransformerTokenizer(proto=proto)
+    same = same and tokenizer.tokenize(lines[:CHUNK]) == processor.encode(lines[:CHUNK])
+    start = time.perf_counter()
+    for i in range(0, len(lines), CHUNK):
+        tokenizer.tokenize(lines[i : i + CHUNK])
+    results["TransformerTokenizer.tokenize, lists of 2,048 (preparation)"] = len(lines) / (time.perf_counter() - start)
+
+    print(f"{len(lines):,} lines; the same ids from all: {same}")
     print("| tokenizer | sentences/s | pairs/s |")
     print("| --- | --- | --- |")
     for name, rate in results.items():
