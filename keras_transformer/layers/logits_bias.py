@@ -4,10 +4,11 @@ import keras
 from keras import ops
 
 from keras_transformer.layers import products
+from keras_transformer.layers.direct_call import DirectCall
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class LogitsBias(keras.layers.Layer):
+class LogitsBias(DirectCall, keras.layers.Layer):
     """Adds one learned bias per vocabulary entry to the logits.
 
     The paper's pre-softmax projection is the transposed embedding matrix and

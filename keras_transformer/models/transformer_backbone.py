@@ -259,7 +259,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
     def _embed(self, token_ids, embedding, dropout, start_index, training):
         tokens = embedding(token_ids)
         positions = self.position_encoding(tokens, start_index=start_index)
-        return dropout(tokens + positions, training=training)
+        return tokens + positions if dropout is None else dropout(tokens + positions, training=training)
 
     def encode(self, token_ids, padding_mask, training=None):
         """The encoder stack: source token ids to the memory the decoder attends to."""
@@ -305,7 +305,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         beams = ops.shape(layer_caches[0][1])[2] // ops.shape(slot_owners)[1]
         slot_owners = record_position(slot_owners, index, beams)
         visible = visible_slots(slot_owners, beams)
-        x = self.embed_target(token_ids, start_index=index)
+        x = self._embed(token_ids, self.decoder_token_embedding, None, index, None)  # no dropout in inference
         caches = []
         for block, self_cache, cross_cache in zip(self.decoder_blocks, layer_caches, cross_attention_cache):
             x, self_cache = block.decode_step(x, index, self_cache, cross_cache, encoder_padding_mask, visible)
