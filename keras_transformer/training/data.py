@@ -60,6 +60,13 @@ class TokenizedPairs:
         )
 
 
+def fits_max_length(source_lengths, target_lengths, max_length: int):
+    """Which pairs of these token counts (NumPy arrays or tensors) fit
+    `max_length` with the special tokens packing adds: <s> and </s> around a
+    source, one of them before or after a target."""
+    return (source_lengths + 2 <= max_length) & (target_lengths + 1 <= max_length)
+
+
 def tokenize_pairs(
     sources: list[str],
     targets: list[str],
@@ -101,7 +108,7 @@ def tokenize_pairs(
         return tf.concat([tf.cast(c, "int32") for c in chunks], axis=0)
 
     source_ids, target_ids = tokenize(list(sources)), tokenize(list(targets))
-    fits = tf.logical_and(source_ids.row_lengths() + 2 <= max_length, target_ids.row_lengths() + 1 <= max_length)
+    fits = fits_max_length(source_ids.row_lengths(), target_ids.row_lengths(), max_length)
     dropped = len(sources) - int(tf.reduce_sum(tf.cast(fits, "int32")))
     if dropped:
         warnings.warn(

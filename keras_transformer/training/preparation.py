@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_transformer.training.data import fits_max_length
 from keras_transformer.training.parallel_text import ReadReport, stream_parallel
 from keras_transformer.training.prepared import (
     FIELDS,
@@ -163,9 +164,7 @@ def _chunks(pairs: Iterator[tuple[str, str]], chunk_size: int) -> Iterator[tuple
 def _tokenized_chunk(tokenizer, chunk: tuple[list[str], list[str]], max_length: int) -> tuple:
     """Token ids of a chunk's kept pairs as flat values and lengths, and the count dropped."""
     (source_ids, source_lengths), (target_ids, target_lengths) = (_id_rows(tokenizer, texts) for texts in chunk)
-    # Room for the specials `TransformerPreprocessor` adds: <s> and </s> around
-    # a source, one of them before or after a target.
-    fits = (source_lengths + 2 <= max_length) & (target_lengths + 1 <= max_length)
+    fits = fits_max_length(source_lengths, target_lengths, max_length)
     dropped = len(fits) - int(fits.sum())
     if dropped:
         source_ids = source_ids[np.repeat(fits, source_lengths)]
