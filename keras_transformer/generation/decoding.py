@@ -14,13 +14,13 @@ from collections.abc import Callable
 from functools import partial
 
 import keras
-from keras import ops
 
 from keras_transformer.generation import search
 from keras_transformer.generation.acceleration import step_logits
 from keras_transformer.generation.settings import SearchSettings
 from keras_transformer.layers.products import cpu_has_bfloat16_instructions
 from keras_transformer.models.transformer_backbone import TransformerBackbone
+from keras_transformer.utils import eager_ops as ops
 from keras_transformer.utils.slice_update import writing_in_place
 
 

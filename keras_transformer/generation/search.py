@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import keras
 import numpy as np
-from keras import ops
 
+from keras_transformer.utils import eager_ops as ops
 from keras_transformer.utils.slice_update import slice_update
 
 NEG_INF = -1e9

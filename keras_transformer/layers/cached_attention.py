@@ -12,9 +12,8 @@ so that a compiled step copies no cache and transposes no keys (unlike
 KerasHub's `CachedMultiHeadAttention`; `benchmarks/RESULTS.md`).
 """
 
-from keras import ops
-
 from keras_transformer.layers.attention import heads_first, keys_transposed, scaled_dot_product_attention
+from keras_transformer.utils import eager_ops as ops
 from keras_transformer.utils.slice_update import slice_update
 
 

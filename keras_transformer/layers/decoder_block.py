@@ -1,7 +1,6 @@
 """One decoder layer (section 3.1)."""
 
 import keras
-from keras import ops
 
 from keras_transformer.layers import products
 from keras_transformer.layers.attention import causal_mask, key_padding_mask
@@ -10,6 +9,7 @@ from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
 from keras_transformer.layers.residual import RESIDUAL_DROPOUT, layer_norm, residual_sublayer
 from keras_transformer.layers.threefry_dropout import ThreefryDropout
+from keras_transformer.utils import eager_ops as ops
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

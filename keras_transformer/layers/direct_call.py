@@ -45,12 +45,15 @@ class DirectCall:
 
 
 def calls_directly(layer: keras.layers.Layer, inputs) -> bool:
-    """Whether `layer(inputs)` may skip Keras' `__call__` (see the module's docstring)."""
+    """Whether `layer(inputs)` may skip Keras' `__call__` (see the module's docstring); torch only."""
+    import torch
+
+    compute_dtype = layer.compute_dtype
     return (
         layer.built
-        and keras.ops.is_tensor(inputs)
-        and keras.backend.standardize_dtype(inputs.dtype) == layer.compute_dtype
-        and layer.compute_dtype == layer.variable_dtype
+        and isinstance(inputs, torch.Tensor)
+        and inputs.dtype == getattr(torch, compute_dtype)
+        and compute_dtype == layer.variable_dtype
         and library_internals.keras_mask(inputs) is None
         and library_internals.autocast_scope() is None
         and layer.activity_regularizer is None

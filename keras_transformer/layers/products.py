@@ -48,8 +48,8 @@ import re
 from collections.abc import Callable
 
 import keras
-from keras import ops
 
+from keras_transformer.utils import eager_ops as ops
 from keras_transformer.utils import library_internals
 
 # None: no `float32_accumulation` around; False: turned off by an outer one.

@@ -5,6 +5,7 @@ from collections.abc import Callable
 import keras
 
 from keras_transformer.layers.direct_call import DirectCall
+from keras_transformer.utils import eager_ops
 
 # P_drop of the base model (section 5.4): the blocks' and the backbone's default dropout.
 RESIDUAL_DROPOUT = 0.1
@@ -40,7 +41,14 @@ def residual_sublayer(
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class LayerNormalization(DirectCall, keras.layers.LayerNormalization):
     """Keras' `LayerNormalization`; on torch it skips Keras' per-call work
-    where that adds nothing (`layers.direct_call`)."""
+    where that adds nothing (`layers.direct_call`, `utils.eager_ops`)."""
+
+    def call(self, inputs):
+        # Keras' own `call`, through `eager_ops`.
+        outputs = eager_ops.layer_normalization(
+            inputs, self.gamma, self.beta, self.axis, self.epsilon, rms_scaling=self.rms_scaling
+        )
+        return eager_ops.cast(outputs, self.compute_dtype)
 
 
 def layer_norm(block: keras.layers.Layer, inputs_shape, name: str) -> LayerNormalization:

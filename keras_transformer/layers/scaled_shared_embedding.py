@@ -3,9 +3,9 @@
 import math
 
 import keras
-from keras import ops
 
 from keras_transformer.layers import products, torch_int8
+from keras_transformer.utils import eager_ops as ops
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -2,7 +2,6 @@
 
 import keras
 import keras_hub
-from keras import ops
 
 from keras_transformer.layers import (
     DecoderBlock,
@@ -20,6 +19,7 @@ from keras_transformer.layers.cached_attention import (
 )
 from keras_transformer.layers.threefry_dropout import ThreefryDropout
 from keras_transformer.training.recipe import TrainingRecipe
+from keras_transformer.utils import eager_ops as ops
 from keras_transformer.utils import special_tokens
 
 

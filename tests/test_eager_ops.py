@@ -1,0 +1,97 @@
+"""`utils.eager_ops` gives `keras.ops`' values and dtypes on every backend,
+and on torch calls torch directly only where that gives the same."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_transformer.utils import eager_ops
+
+ON_TORCH = keras.config.backend() == "torch"
+
+
+def _floats(*shape, dtype="float32"):
+    return ops.convert_to_tensor(np.random.default_rng(len(shape)).normal(size=shape).astype("float32"), dtype=dtype)
+
+
+def _cases():
+    x, y = _floats(2, 3, 4), _floats(2, 4, 5)
+    mask = ops.convert_to_tensor(np.array([[True, False, True, True]] * 3))
+    return {
+        "matmul": ("matmul", (x, y), {}),
+        "matmul, float32 by int32": ("matmul", (x, ops.ones((4, 2), "int32")), {}),
+        "einsum": ("einsum", ("abc,cd->abd", x, _floats(4, 6)), {}),
+        "add": ("add", (x, _floats(4)), {}),
+        "add, bfloat16 and float32": ("add", (_floats(4, dtype="bfloat16"), _floats(4)), {}),
+        "add, a Python number": ("add", (x, 2.0), {}),
+        "reshape": ("reshape", (x, (6, -1)), {}),
+        "transpose": ("transpose", (x, (0, 2, 1)), {}),
+        "transpose, reversed": ("transpose", (x,), {}),
+        "cast": ("cast", (x, "int32"), {}),
+        "cast, bfloat16": ("cast", (x, "bfloat16"), {}),
+        "shape": ("shape", (x,), {}),
+        "softmax": ("softmax", (x,), {"axis": -1}),
+        "softmax, two axes": ("softmax", (x,), {"axis": (1, 2)}),
+        "where, a float": ("where", (mask, x, -1e9), {}),
+        "where, the float first": ("where", (mask, -1e9, x), {}),
+        "where, two tensors": ("where", (mask, x, -x), {}),
+        "where, an int": ("where", (mask, ops.ones((3, 4), "int32"), 7), {}),
+        "layer_normalization": ("layer_normalization", (x, _floats(4), _floats(4)), {"epsilon": 1e-3}),
+        "layer_normalization, list axis": ("layer_normalization", (x, _floats(4), _floats(4), [-1], 1e-6), {}),
+        "layer_normalization, rms": ("layer_normalization", (x, _floats(4), None), {"rms_scaling": True}),
+    }
+
+
+@pytest.mark.parametrize("case", list(_cases()))
+def test_the_same_values_and_dtype_as_keras_ops(case):
+    name, args, kwargs = _cases()[case]
+    expected = getattr(ops, name)(*args, **kwargs)
+    got = getattr(eager_ops, name)(*args, **kwargs)
+    if name == "shape":
+        assert tuple(got) == tuple(expected) and all(type(size) is int for size in got)
+        return
+    assert keras.backend.standardize_dtype(got.dtype) == keras.backend.standardize_dtype(expected.dtype)
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(ops.cast(got, "float32")), ops.convert_to_numpy(ops.cast(expected, "float32"))
+    )
+
+
+def test_keras_variables_are_read_as_keras_reads_them():
+    variable = keras.Variable(np.eye(4, dtype="float32"))
+    x = _floats(3, 4)
+    np.testing.assert_array_equal(ops.convert_to_numpy(eager_ops.matmul(x, variable)), ops.convert_to_numpy(x))
+
+
+def test_every_other_name_is_keras_ops():
+    assert eager_ops.top_k is ops.top_k
+    assert eager_ops.log_softmax is ops.log_softmax
+    with pytest.raises(AttributeError):
+        _ = eager_ops.no_such_operation
+
+
+def test_symbolic_tensors_go_through_keras():
+    inputs = keras.Input((3, 4))
+    assert isinstance(eager_ops.reshape(inputs, (-1, 12)), keras.KerasTensor)
+    assert eager_ops.shape(inputs) == (None, 3, 4)
+
+
+@pytest.mark.skipif(not ON_TORCH, reason="on TensorFlow and JAX these names are keras.ops' own functions")
+def test_on_torch_plain_operands_skip_keras_and_others_do_not(monkeypatch):
+    through_keras = []
+    for name in ("matmul", "reshape", "where", "layer_normalization"):
+        keras_op = getattr(ops, name)
+        monkeypatch.setattr(
+            ops, name, lambda *a, _op=keras_op, _name=name, **k: through_keras.append(_name) or _op(*a, **k)
+        )
+    x = _floats(2, 3)
+    eager_ops.matmul(x, _floats(3, 2))
+    eager_ops.reshape(x, (3, 2))
+    eager_ops.where(x > 0, x, 0.0)
+    eager_ops.layer_normalization(x, _floats(3), _floats(3), [-1], 1e-6)
+    assert through_keras == []
+    eager_ops.matmul(x, ops.ones((3, 2), "int32"))
+    eager_ops.reshape(x, [3, 2])
+    eager_ops.where(x > 0, x, 0)
+    eager_ops.layer_normalization(x, _floats(3), None, -1, 1e-6)
+    assert through_keras == ["matmul", "reshape", "where", "layer_normalization"]
