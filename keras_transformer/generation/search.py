@@ -59,6 +59,8 @@ def first_argmax(x):
     >>> np.asarray(first_argmax(np.array([[0.0, 2.0, 2.0], [5.0, 1.0, 0.0]], "float32"))).tolist()
     [1, 0]
     """
+    if keras.config.backend() == "torch":  # eager: its `argmax` is one pass, and takes the first maximum
+        return ops.cast(ops.argmax(x, axis=-1), "int32")
     vocab = ops.shape(x)[-1]
     is_max = x == ops.max(x, axis=-1, keepdims=True)
     return ops.min(ops.where(is_max, ops.arange(vocab, dtype="int32"), vocab), axis=-1)
@@ -236,11 +238,9 @@ def greedy_search(
     tokens = slice_update(tokens, (0, 0), ops.full((batch, 1), start_token_id, "int32"))
 
     def choose(logits, index, done):
-        # The most probable token is the largest logit: no softmax needed.
-        logits = _never_generated(logits, (start_token_id, pad_token_id))
-        logits = _forced_end(logits, index >= max_lengths, end_token_id)
-        token = first_argmax(logits)
-        return ops.where(done, pad_token_id, token)
+        # The most probable token is the largest logit (no softmax needed); a forced ending is the end token.
+        token = first_argmax(_never_generated(logits, (start_token_id, pad_token_id)))
+        return ops.where(done, pad_token_id, ops.where(index >= max_lengths, end_token_id, token))
 
     done = ops.zeros((batch,), dtype="bool")
     token = choose(first_logits, 1, done)
