@@ -3,8 +3,8 @@ torch directly on eager torch tensors.
 
 Each `keras.ops` call on torch first checks its arguments for symbolic
 tensors (flattening them with torch's pytree), converts each to a tensor and
-standardizes dtypes: about 40 us for an `ops.reshape` that torch runs in
-3.5 us. Under XLA (TensorFlow, JAX) that runs once, while the search is
+standardizes dtypes: for a decoding step's small tensors, several times what
+the torch operation itself takes. Under XLA (TensorFlow, JAX) that runs once, while the search is
 traced; eager torch pays it at every operation of every step, which in a
 small model's decoding step costs more than the products themselves
 (`benchmarks/RESULTS.md`, "torch: where a decoding call goes"). Keras has no
