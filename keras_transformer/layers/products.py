@@ -131,6 +131,28 @@ def einsum(subscripts: str, x, kernel):
     return ops.einsum(subscripts, x, kernel)
 
 
+def torch_linear(x, kernel, bias, contracted: int):
+    """`x`'s last `contracted` axes times `kernel`'s first ones, plus `bias`
+    shaped as the kernel's other axes, as one `torch.addmm` (what
+    `torch.nn.Linear` runs): on torch, all float32. One kernel instead of a
+    product and then an add, faster at decoding's shapes (`benchmarks/RESULTS.md`,
+    "torch: where a decoding call goes"). None anywhere else: the caller
+    multiplies and adds apart."""
+    if keras.config.backend() != "torch" or bias is None or not contracted:
+        return None
+    import torch
+
+    x, kernel, bias = (value.value if isinstance(value, keras.Variable) else value for value in (x, kernel, bias))
+    if not all(isinstance(value, torch.Tensor) and value.dtype == torch.float32 for value in (x, kernel, bias)):
+        return None
+    inputs, outputs = tuple(kernel.shape[:contracted]), tuple(kernel.shape[contracted:])
+    if tuple(bias.shape) != outputs or tuple(x.shape[x.dim() - contracted :]) != inputs:
+        return None
+    k, n = math.prod(inputs), math.prod(outputs)
+    product = torch.addmm(bias.reshape(n), x.reshape(-1, k), kernel.reshape(k, n))
+    return product.reshape(*x.shape[: x.dim() - contracted], *outputs)
+
+
 def add_bias(x, bias):
     """`x + bias`, `bias` broadcast over `x`'s leading axes; on JAX, its
     bfloat16 gradient for `bias` is summed in float32 and rounded once."""

@@ -3,7 +3,8 @@
 The blocks' projections (W^Q, W^K, W^V, W^O and the FFN's W1, W2) keep
 Keras' weights, initialisation and int8 quantization, and multiply through
 this package's `products`, which sums bfloat16 products in float32 where
-the CPU has bfloat16 units. Quantized to int8, they multiply through torch's
+the CPU has bfloat16 units, and on torch runs a product and its bias as one
+`addmm`. Quantized to int8, they multiply through torch's
 int8 kernels on torch (`layers.torch_int8`), and through Keras' int8 code
 elsewhere. On torch they skip Keras' per-call work where it adds nothing
 (`layers.direct_call`).
@@ -31,7 +32,8 @@ class Dense(DirectCall, keras.layers.Dense):
     """
 
     def call(self, inputs, training=None):
-        return self.activation(products.dense(inputs, self.kernel, self.bias))
+        x = products.torch_linear(inputs, self.kernel, self.bias, contracted=1)
+        return self.activation(products.dense(inputs, self.kernel, self.bias) if x is None else x)
 
     def quantized_call(self, inputs, training=None):
         if not torch_int8.takes_torch_int8(self, inputs):
@@ -50,9 +52,10 @@ class EinsumDense(DirectCall, keras.layers.EinsumDense):
     weights (Glorot fans from the equation's input and output axes) and quantization."""
 
     def call(self, inputs, training=None):
-        x = products.einsum(self.equation, inputs, self.kernel)
-        if self.bias is not None:
-            x = products.add_bias(x, self.bias)
+        x = products.torch_linear(inputs, self.kernel, self.bias, self._contracted_axes)
+        if x is None:
+            x = products.einsum(self.equation, inputs, self.kernel)
+            x = x if self.bias is None else products.add_bias(x, self.bias)
         return self.activation(x)
 
     def quantized_call(self, inputs, training=None):
@@ -64,6 +67,10 @@ class EinsumDense(DirectCall, keras.layers.EinsumDense):
         if self.bias is not None:
             x = products.add_bias(x, self.bias)
         return self.activation(x)
+
+    @functools.cached_property
+    def _contracted_axes(self) -> int:
+        return products.contracted_axes(self.equation)
 
     @functools.cached_property
     def _int8_contracted_axes(self) -> int:
