@@ -1,5 +1,6 @@
 """`utils.eager_ops` gives `keras.ops`' values and dtypes on every backend,
-and on torch calls torch directly only where that gives the same."""
+and on torch calls torch directly only where that gives the same; so does
+`products.torch_linear`, the projections' one `addmm` on torch."""
 
 import keras
 import numpy as np
@@ -95,3 +96,28 @@ def test_on_torch_plain_operands_skip_keras_and_others_do_not(monkeypatch):
     eager_ops.where(x > 0, x, 0)
     eager_ops.layer_normalization(x, _floats(3), None, -1, 1e-6)
     assert through_keras == ["matmul", "reshape", "where", "layer_normalization"]
+
+
+@pytest.mark.parametrize(
+    "subscripts, x_shape, kernel_shape",
+    [
+        ("abc,cd->abd", (2, 3, 4), (4, 6)),
+        ("abc,cde->abde", (2, 3, 4), (4, 2, 3)),
+        ("abcd,cde->abe", (2, 3, 2, 4), (2, 4, 5)),
+    ],
+)
+def test_torch_linear_is_the_product_plus_the_bias(subscripts, x_shape, kernel_shape):
+    from keras_transformer.layers import products
+
+    contracted = products.contracted_axes(subscripts)
+    x, kernel = _floats(*x_shape), keras.Variable(np.asarray(_floats(*kernel_shape)))
+    bias = keras.Variable(np.asarray(_floats(*kernel_shape[contracted:])))
+    fused = products.torch_linear(x, kernel, bias, contracted)
+    if not ON_TORCH:
+        assert fused is None
+        return
+    expected = ops.einsum(subscripts, x, kernel) + bias
+    np.testing.assert_allclose(ops.convert_to_numpy(fused), ops.convert_to_numpy(expected), rtol=1e-5, atol=1e-5)
+    assert products.torch_linear(x, kernel, None, contracted) is None  # no bias: the caller multiplies
+    assert products.torch_linear(x, kernel, bias, 0) is None  # not a tensordot
+    assert products.torch_linear(ops.cast(x, "bfloat16"), kernel, bias, contracted) is None
