@@ -103,7 +103,7 @@ def test_translate_refuses_optional_imports_until_the_package_is_imported(backen
         "import gc, importlib.util\n"
         "startup.prepare(['translate', '--preset', 'p', 'a dog .'])\n"
         "assert not gc.isenabled()\n"
-        "for name in ('IPython', 'matplotlib', 'jax'):\n"
+        "for name in ('IPython', 'matplotlib', 'pandas', 'jax'):\n"
         "    try:\n"
         "        __import__(name)\n"
         "        print(name, 'imported')\n"
@@ -116,6 +116,7 @@ def test_translate_refuses_optional_imports_until_the_package_is_imported(backen
     result = run_python(program, KERAS_BACKEND=backend)
     assert result.returncode == 0, result.stderr
     assert "IPython refused" in result.stdout and "matplotlib refused" in result.stdout
+    assert "pandas refused" in result.stdout or not installed("pandas")
     assert ("jax refused" in result.stdout) is refused
 
 

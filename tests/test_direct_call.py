@@ -1,5 +1,6 @@
-"""Layers with `DirectCall` skip Keras' `Layer.__call__` on torch where it adds
-nothing (`layers.direct_call`), with Keras' values, and go through it otherwise."""
+"""Layers with `DirectCall` skip Keras' `Layer.__call__` on torch and eager
+TensorFlow where it adds nothing (`layers.direct_call`), with Keras' values,
+and go through it otherwise."""
 
 import keras
 import numpy as np
@@ -13,6 +14,7 @@ from keras_transformer.layers.projections import Dense, EinsumDense
 from keras_transformer.layers.residual import LayerNormalization
 
 ON_TORCH = keras.config.backend() == "torch"
+DIRECT = keras.config.backend() in ("torch", "tensorflow")
 # The layers of a decoder block's step that are called once or more per step.
 STEP_LAYERS = {"query", "key", "value", "attention_output", "inner", "outer", "feed_forward"}
 # Layers a torch decoding step leaves out (dropouts) or calls directly, beside the blocks'.
@@ -47,23 +49,25 @@ def test_a_direct_call_gives_keras_values(layer, through_keras):
     x = ops.convert_to_tensor(np.random.default_rng(0).normal(size=(2, 3, 4)).astype("float32"))
     layer.build(x.shape)
     direct = ops.convert_to_numpy(layer(x))
-    assert (layer.name in through_keras) != ON_TORCH
+    assert (layer.name in through_keras) != DIRECT
     expected = ops.convert_to_numpy(keras.layers.Layer.__call__(layer, x))
     np.testing.assert_array_equal(direct, expected)
 
 
-def test_decoding_steps_call_the_blocks_layers_directly_on_torch_only(tokenizer, through_keras):
+@pytest.mark.parametrize("run_eagerly", [False, True])
+def test_eager_decoding_steps_call_the_blocks_layers_directly(tokenizer, through_keras, run_eagerly):
     model = make_model(tokenizer, use_logits_bias=True, dropout=0.1)
+    model.run_eagerly = run_eagerly
     through_keras.clear()  # building it
     model.generate(["a dog runs ."], max_length=6)
     layers_of_steps = STEP_LAYERS | {name for name in through_keras if name.endswith("_norm")}
-    if ON_TORCH:
+    if ON_TORCH or (DIRECT and run_eagerly):
         assert not (layers_of_steps | STEP_EXTRAS) & set(through_keras)
     else:  # traced once under XLA, where Keras' name scopes name the compiled operations
         assert STEP_LAYERS | {"logits_bias"} <= set(through_keras)
 
 
-@pytest.mark.skipif(not ON_TORCH, reason="DirectCall asks only on torch")
+@pytest.mark.skipif(not DIRECT, reason="DirectCall asks only on torch and TensorFlow")
 def test_what_keras_call_would_change_goes_through_it():
     layer = Dense(3)
     x = ops.ones((2, 4))

@@ -1,6 +1,7 @@
 """`utils.eager_ops` gives `keras.ops`' values and dtypes on every backend,
-and on torch calls torch directly only where that gives the same; so does
-`products.torch_linear`, the projections' one `addmm` on torch."""
+and on torch and eager TensorFlow calls the backend directly only where that
+gives the same; so does `products.torch_linear`, the projections' one
+`addmm` on torch."""
 
 import keras
 import numpy as np
@@ -10,10 +11,15 @@ from keras import ops
 from keras_transformer.utils import eager_ops
 
 ON_TORCH = keras.config.backend() == "torch"
+DIRECT = keras.config.backend() in ("torch", "tensorflow")
 
 
 def _floats(*shape, dtype="float32"):
     return ops.convert_to_tensor(np.random.default_rng(len(shape)).normal(size=shape).astype("float32"), dtype=dtype)
+
+
+def _indices(rows, trailing_ones=0):
+    return ops.convert_to_tensor(np.array(rows, "int32").reshape(np.shape(rows) + (1,) * trailing_ones))
 
 
 def _cases():
@@ -21,8 +27,14 @@ def _cases():
     mask = ops.convert_to_tensor(np.array([[True, False, True, True]] * 3))
     return {
         "matmul": ("matmul", (x, y), {}),
+        "matmul, a batch by a matrix": ("matmul", (x, _floats(4, 5)), {}),
+        "matmul, two matrices": ("matmul", (_floats(3, 4), _floats(4, 2)), {}),
+        "matmul, a matrix by a batch": ("matmul", (_floats(3, 4), y), {}),
         "matmul, float32 by int32": ("matmul", (x, ops.ones((4, 2), "int32")), {}),
         "einsum": ("einsum", ("abc,cd->abd", x, _floats(4, 6)), {}),
+        "einsum, into heads": ("einsum", ("abc,cde->abde", x, _floats(4, 2, 3)), {}),
+        "einsum, from heads": ("einsum", ("abcd,cde->abe", _floats(2, 3, 2, 4), _floats(2, 4, 5)), {}),
+        "einsum, another equation": ("einsum", ("abc,dc->abd", x, _floats(6, 4)), {}),
         "add": ("add", (x, _floats(4)), {}),
         "add, bfloat16 and float32": ("add", (_floats(4, dtype="bfloat16"), _floats(4)), {}),
         "add, a Python number": ("add", (x, 2.0), {}),
@@ -40,6 +52,22 @@ def _cases():
         "where, an int": ("where", (mask, ops.ones((3, 4), "int32"), 7), {}),
         "layer_normalization": ("layer_normalization", (x, _floats(4), _floats(4)), {"epsilon": 1e-3}),
         "layer_normalization, list axis": ("layer_normalization", (x, _floats(4), _floats(4), [-1], 1e-6), {}),
+        "take_along_axis, rows": (
+            "take_along_axis",
+            (_floats(2, 5, 3), _indices([[4, 0, 0, 2], [1, 3, 2, 2]], 1)),
+            {"axis": 1},
+        ),
+        "take_along_axis, matrix": ("take_along_axis", (_floats(2, 5), _indices([[4, 0], [-1, 3]])), {"axis": 1}),
+        "take_along_axis, full indices": (
+            "take_along_axis",
+            (_floats(2, 5, 3), ops.convert_to_tensor(np.zeros((2, 4, 3), "int32"))),
+            {"axis": 1},
+        ),
+        "take_along_axis, axis 2": (
+            "take_along_axis",
+            (_floats(2, 3, 5), _indices([[[1], [0], [4]]] * 2)),
+            {"axis": 2},
+        ),
         "layer_normalization, rms": ("layer_normalization", (x, _floats(4), None), {"rms_scaling": True}),
     }
 
@@ -77,8 +105,8 @@ def test_symbolic_tensors_go_through_keras():
     assert eager_ops.shape(inputs) == (None, 3, 4)
 
 
-@pytest.mark.skipif(not ON_TORCH, reason="on TensorFlow and JAX these names are keras.ops' own functions")
-def test_on_torch_plain_operands_skip_keras_and_others_do_not(monkeypatch):
+@pytest.mark.skipif(not DIRECT, reason="on JAX these names are keras.ops' own functions")
+def test_plain_operands_skip_keras_and_others_do_not(monkeypatch):
     through_keras = []
     for name in ("matmul", "reshape", "where", "layer_normalization"):
         keras_op = getattr(ops, name)
@@ -96,6 +124,37 @@ def test_on_torch_plain_operands_skip_keras_and_others_do_not(monkeypatch):
     eager_ops.where(x > 0, x, 0)
     eager_ops.layer_normalization(x, _floats(3), None, -1, 1e-6)
     assert through_keras == ["matmul", "reshape", "where", "layer_normalization"]
+
+
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="tf.function is TensorFlow's")
+def test_inside_tf_function_everything_goes_through_keras(monkeypatch):
+    import tensorflow as tf
+
+    through_keras = []
+    keras_op = ops.matmul
+    monkeypatch.setattr(ops, "matmul", lambda *a: through_keras.append("matmul") or keras_op(*a))
+    variable = keras.Variable(np.eye(3, dtype="float32"))
+    traced = tf.function(lambda x: eager_ops.matmul(x, variable))
+    np.testing.assert_array_equal(traced(_floats(2, 3)).numpy(), np.asarray(_floats(2, 3)))
+    assert through_keras == ["matmul"]
+
+
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="gradients recorded eagerly: TensorFlow's tape")
+def test_eager_gradients_are_keras_gradients():
+    import tensorflow as tf
+
+    kernel = keras.Variable(np.asarray(_floats(4, 4)))
+    gamma, beta = keras.Variable(np.asarray(_floats(4))), keras.Variable(np.zeros(4, "float32"))
+    x = _floats(2, 3, 4)
+
+    def gradients(library):
+        with tf.GradientTape() as tape:
+            hidden = library.layer_normalization(library.matmul(x, kernel), gamma, beta, epsilon=1e-6)
+            loss = ops.sum(library.softmax(hidden) * x)
+        return [g.numpy() for g in tape.gradient(loss, [kernel.value, gamma.value, beta.value])]
+
+    for got, expected in zip(gradients(eager_ops), gradients(ops)):  # summed in another order: last bits
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize(

@@ -79,8 +79,9 @@ NATIVE_LOG_LINE = re.compile(
 # Imported only inside `try: ... except ImportError` by TensorFlow, Keras or
 # KerasHub, for what `translate` never does: TensorFlow Lite's conversion of
 # JAX functions, Keras' notebook display and image plots, KerasHub's grain
-# datasets and Kaggle downloads. JAX stays importable when it is the backend.
-OPTIONAL_IMPORTS = ("jax", "IPython", "matplotlib", "grain", "kagglehub")
+# datasets and Kaggle downloads, Keras' pandas inputs to `fit` and `predict`.
+# JAX stays importable when it is the backend.
+OPTIONAL_IMPORTS = ("jax", "IPython", "matplotlib", "grain", "kagglehub", "pandas")
 # Commands that refuse OPTIONAL_IMPORTS while the package imports, and end
 # without Python's finalization (they write nothing but their output).
 LEAN_COMMANDS = ("translate",)

@@ -81,19 +81,19 @@ def _chunk_length(length: int, preferred: int) -> int:
     return min(divisors, key=lambda c: max(c / preferred, preferred / c), default=preferred)
 
 
-def _log_softmax_in_steps(logits) -> bool:
-    """Whether `(x - max) - log(sum(exp(x - max)))`, written out in
-    `keras.ops`, rounds as `ops.log_softmax` does: on TensorFlow (with XLA
-    or without), and on JAX inside one compiled program (op by op, the sum
-    may round otherwise than in its compiled `log_softmax`). torch's fused
-    kernel rounds its own way, and runs eagerly anyway, writing every
-    operation's result out."""
-    backend = keras.config.backend()
-    if backend == "jax":
+def _chunks_pay(logits) -> bool:
+    """Whether to score chunks (`best_extensions`): in a compiled search, where
+    `(x - max) - log(sum(exp(x - max)))` in `keras.ops` rounds as `ops.log_softmax`
+    does (TensorFlow; JAX inside one program) and saves a pass over the
+    vocabulary. Eagerly its many small operations cost more than that pass,
+    and torch's fused kernel rounds its own way."""
+    if keras.config.backend() == "jax":
         import jax
 
         return isinstance(logits, jax.core.Tracer)
-    return backend == "tensorflow"
+    import tensorflow as tf
+
+    return keras.config.backend() == "tensorflow" and not tf.executing_eagerly()
 
 
 def best_extensions(logits, alive_scores, count: int, banned_ids, forced, end_token_id: int, chunk: int = 32):
@@ -130,7 +130,7 @@ def best_extensions(logits, alive_scores, count: int, banned_ids, forced, end_to
     logits, alive_scores = ops.convert_to_tensor(logits), ops.convert_to_tensor(alive_scores)
     batch, beams, vocab = ops.shape(logits)
     banned_ids = sorted(set(banned_ids))
-    if beams * vocab <= 4 * count * chunk or not _log_softmax_in_steps(logits):
+    if beams * vocab <= 4 * count * chunk or not _chunks_pay(logits):
         log_probs = _forced_end(_never_generated(ops.log_softmax(logits, axis=-1), banned_ids), forced, end_token_id)
         return ops.top_k(ops.reshape(alive_scores[:, :, None] + log_probs, (batch, beams * vocab)), count)
     chunk = _chunk_length(vocab, chunk)

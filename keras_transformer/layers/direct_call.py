@@ -1,17 +1,19 @@
-"""Calling a built layer's `call` directly on torch, without Keras' per-call work.
+"""Calling a built layer's `call` directly on eager tensors, without Keras' per-call work.
 
 At every call, Keras' `Layer.__call__` binds the arguments to `call`'s
 signature, resolves the training flag and the masks, opens a name scope and
 an autocast scope, checks the input, and goes through `torch.nn.Module`'s
 hooks. Under XLA (TensorFlow, JAX) that runs once, while the search is
-traced; torch runs eagerly, so it runs at every call of every layer, and in
-a small model's decoding step it costs about as much as the products
-themselves (`benchmarks/RESULTS.md`, "torch: where a decoding call goes").
+traced; torch runs eagerly, and so does TensorFlow outside `tf.function`
+(the command line's few sentences), so it runs at every call of every
+layer, and in a small model's decoding step it costs about as much as the
+products themselves (`benchmarks/RESULTS.md`, "torch: where a decoding call
+goes").
 Keras has no switch for it, hence this mixin.
 
 A layer with `DirectCall` first among its bases runs `call` (or
 `quantized_call`, as Keras would) directly when none of that work would
-change anything: on torch, built, one tensor argument of the layer's compute
+change anything: on torch or eager TensorFlow, built, one tensor argument of the layer's compute
 dtype without a Keras mask, no autocast scope and no mixed precision, no
 activity regularizer, no rematerialization. Any other call goes through
 Keras' `__call__`. torch forward hooks registered on such a layer do not run
@@ -30,14 +32,14 @@ import keras
 
 from keras_transformer.utils import library_internals
 
-_ON_TORCH = keras.config.backend() == "torch"
+_EAGER_BACKEND = keras.config.backend() in ("torch", "tensorflow")
 
 
 class DirectCall:
-    """Mixin: `layer(x)` as `layer.call(x)` on torch where Keras' `__call__` would add nothing."""
+    """Mixin: `layer(x)` as `layer.call(x)` on eager tensors where Keras' `__call__` would add nothing."""
 
     def __call__(self, *args, **kwargs):
-        if _ON_TORCH and not kwargs and len(args) == 1 and calls_directly(self, args[0]):
+        if _EAGER_BACKEND and not kwargs and len(args) == 1 and calls_directly(self, args[0]):
             if self.quantization_mode is not None:
                 return self.quantized_call(args[0])
             return self.call(args[0])
@@ -45,17 +47,29 @@ class DirectCall:
 
 
 def calls_directly(layer: keras.layers.Layer, inputs) -> bool:
-    """Whether `layer(inputs)` may skip Keras' `__call__` (see the module's docstring); torch only."""
-    import torch
-
+    """Whether `layer(inputs)` may skip Keras' `__call__` (see the module's
+    docstring); torch and TensorFlow only."""
     compute_dtype = layer.compute_dtype
     return (
         layer.built
-        and isinstance(inputs, torch.Tensor)
-        and inputs.dtype == getattr(torch, compute_dtype)
+        and _eager_tensor_of(inputs, compute_dtype)
         and compute_dtype == layer.variable_dtype
         and library_internals.keras_mask(inputs) is None
         and library_internals.autocast_scope() is None
         and layer.activity_regularizer is None
         and getattr(layer, "_remat_mode", None) is None
     )
+
+
+if keras.config.backend() == "torch":
+    import torch
+
+    def _eager_tensor_of(inputs, dtype: str) -> bool:
+        return isinstance(inputs, torch.Tensor) and inputs.dtype == getattr(torch, dtype)
+
+elif keras.config.backend() == "tensorflow":
+    import tensorflow as tf
+
+    def _eager_tensor_of(inputs, dtype: str) -> bool:
+        """Outside `tf.function`, where every tensor is eager."""
+        return tf.executing_eagerly() and isinstance(inputs, tf.Tensor) and inputs.dtype.name == dtype

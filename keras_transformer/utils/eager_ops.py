@@ -1,20 +1,23 @@
 """`keras.ops`, with the decoding step's most frequent operations calling
-torch directly on eager torch tensors.
+the backend directly on eager tensors (torch, and TensorFlow outside
+`tf.function`).
 
-Each `keras.ops` call on torch first checks its arguments for symbolic
-tensors (flattening them with torch's pytree), converts each to a tensor and
-standardizes dtypes: for a decoding step's small tensors, several times what
-the torch operation itself takes. Under XLA (TensorFlow, JAX) that runs once, while the search is
-traced; eager torch pays it at every operation of every step, which in a
-small model's decoding step costs more than the products themselves
-(`benchmarks/RESULTS.md`, "torch: where a decoding call goes"). Keras has no
-lighter path, hence this module.
+Each `keras.ops` call first checks its arguments for symbolic tensors,
+converts each to a tensor and standardizes dtypes, and on TensorFlow goes
+through TensorFlow's own dispatch as well: for a decoding step's small
+tensors, several times what the operation itself takes. Under XLA
+(TensorFlow, JAX) that runs once, while the search is traced; an eager step
+pays it at every operation of every step, which in a small model's decoding
+step costs more than the products themselves (`benchmarks/RESULTS.md`,
+"torch: where a decoding call goes" and "TensorFlow: decoding a few
+sentences eagerly"). Keras has no lighter path, hence this module.
 
 Every other name is `keras.ops`' own (`eager_ops.top_k is keras.ops.top_k`),
-and so are these functions on TensorFlow and JAX. On torch they call torch
-only where that gives what `keras.ops` gives: plain torch tensors (or Keras
-variables holding them), a floating dtype shared by the operands, shapes of
-Python ints, dtypes by name; anything else goes through `keras.ops`.
+and so are all of them on JAX. The direct versions
+(`utils.torch_eager_ops`, `utils.tensorflow_eager_ops`) run only where they
+give what `keras.ops` gives, to the bit: eager tensors (or Keras variables
+holding them), a floating dtype shared by the operands, shapes of Python
+ints, dtypes by name; anything else goes through `keras.ops`.
 
 Example:
 >>> import numpy as np
@@ -36,6 +39,7 @@ __all__ = [
     "reshape",
     "shape",
     "softmax",
+    "take_along_axis",
     "transpose",
     "where",
 ]
@@ -45,89 +49,35 @@ def __getattr__(name: str):
     return getattr(ops, name)
 
 
-if keras.config.backend() != "torch":
-    add, cast, einsum, matmul = ops.add, ops.cast, ops.einsum, ops.matmul
-    layer_normalization = ops.layer_normalization
-    reshape, shape, softmax, transpose, where = ops.reshape, ops.shape, ops.softmax, ops.transpose, ops.where
+if keras.config.backend() == "torch":
+    from keras_transformer.utils.torch_eager_ops import (
+        add,
+        cast,
+        einsum,
+        layer_normalization,
+        matmul,
+        reshape,
+        shape,
+        softmax,
+        take_along_axis,
+        transpose,
+        where,
+    )
+elif keras.config.backend() == "tensorflow":
+    from keras_transformer.utils.tensorflow_eager_ops import (
+        add,
+        cast,
+        einsum,
+        layer_normalization,
+        matmul,
+        reshape,
+        shape,
+        softmax,
+        take_along_axis,
+        transpose,
+        where,
+    )
 else:
-    import torch
-
-    def _plain(x):
-        """`x` as a torch tensor if it is one (or a Keras variable's value), else None."""
-        if isinstance(x, keras.Variable):
-            x = x.value
-        return x if isinstance(x, torch.Tensor) else None
-
-    def _same_float(a, b):
-        """`(a, b)` as torch tensors of one floating dtype, else None."""
-        a, b = _plain(a), _plain(b)
-        if a is None or b is None or a.dtype != b.dtype or not a.dtype.is_floating_point:
-            return None
-        return a, b
-
-    def matmul(x1, x2):
-        operands = _same_float(x1, x2)
-        return torch.matmul(*operands) if operands else ops.matmul(x1, x2)
-
-    def einsum(subscripts, x1, x2):
-        operands = _same_float(x1, x2)
-        return torch.einsum(subscripts, *operands) if operands else ops.einsum(subscripts, x1, x2)
-
-    def add(x1, x2):
-        operands = _same_float(x1, x2)
-        return torch.add(*operands) if operands else ops.add(x1, x2)
-
-    def reshape(x, newshape):
-        tensor = _plain(x)
-        if tensor is not None and isinstance(newshape, tuple) and all(type(size) is int for size in newshape):
-            return tensor.reshape(newshape)
-        return ops.reshape(x, newshape)
-
-    def transpose(x, axes=None):
-        tensor = _plain(x)
-        return tensor.permute(axes) if tensor is not None and axes is not None else ops.transpose(x, axes)
-
-    _TORCH_DTYPES = {"float32": torch.float32, "bool": torch.bool, "int32": torch.int32}
-
-    def cast(x, dtype):
-        tensor = _plain(x)
-        if tensor is not None and dtype in _TORCH_DTYPES:
-            return tensor.to(_TORCH_DTYPES[dtype])
-        return ops.cast(x, dtype)
-
-    def shape(x):
-        tensor = _plain(x)
-        return tuple(tensor.shape) if tensor is not None else ops.shape(x)
-
-    def softmax(x, axis=-1):
-        tensor = _plain(x)
-        if tensor is not None and tensor.dtype == torch.float32 and isinstance(axis, int):
-            return torch.softmax(tensor, axis)
-        return ops.softmax(x, axis=axis)
-
-    def layer_normalization(x, gamma=None, beta=None, axis=-1, epsilon=None, rms_scaling=False):
-        """Over the last axis, with a scale and an offset: `torch.nn.functional.layer_norm`, as Keras calls it."""
-        tensor, operands = _plain(x), _same_float(gamma, beta)
-        last = axis[0] if isinstance(axis, list | tuple) and len(axis) == 1 else axis
-        if (
-            tensor is not None
-            and tensor.dtype == torch.float32
-            and operands
-            and operands[0].dtype == torch.float32
-            and last in (-1, tensor.ndim - 1)
-            and epsilon is not None
-            and not rms_scaling
-        ):
-            return torch.nn.functional.layer_norm(tensor, tensor.shape[-1:], *operands, epsilon)
-        return ops.layer_normalization(x, gamma, beta, axis, epsilon, rms_scaling=rms_scaling)
-
-    def where(condition, x1, x2):
-        c, a, b = _plain(condition), _plain(x1), _plain(x2)
-        if c is not None and c.dtype == torch.bool:
-            if a is not None and b is not None and a.dtype == b.dtype:
-                return torch.where(c, a, b)
-            if a is not None and a.dtype.is_floating_point and isinstance(x2, float):
-                return torch.where(c, a, x2)
-            if b is not None and b.dtype.is_floating_point and isinstance(x1, float):
-                return torch.where(c, x1, b)
-        return ops.where(condition, x1, x2)
+    add, cast, einsum, matmul = ops.add, ops.cast, ops.einsum, ops.matmul
+    layer_normalization, take_along_axis = ops.layer_normalization, ops.take_along_axis
+    reshape, shape, softmax, transpose, where = ops.reshape, ops.shape, ops.softmax, ops.transpose, ops.where
