@@ -27,7 +27,7 @@ from keras_transformer.generation.precision import PRECISIONS, load_model
 
 CHUNK_BATCHES = 8  # batches read, translated and written at a time
 # On TensorFlow, inputs of at most this many sentences decode eagerly (`_compile_search`).
-EAGER_MAX_SENTENCES = 8
+EAGER_MAX_SENTENCES = 128
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
