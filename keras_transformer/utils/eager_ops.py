@@ -50,34 +50,13 @@ def __getattr__(name: str):
 
 
 if keras.config.backend() == "torch":
-    from keras_transformer.utils.torch_eager_ops import (
-        add,
-        cast,
-        einsum,
-        layer_normalization,
-        matmul,
-        reshape,
-        shape,
-        softmax,
-        take_along_axis,
-        transpose,
-        where,
-    )
+    from keras_transformer.utils import torch_eager_ops as _direct
 elif keras.config.backend() == "tensorflow":
-    from keras_transformer.utils.tensorflow_eager_ops import (
-        add,
-        cast,
-        einsum,
-        layer_normalization,
-        matmul,
-        reshape,
-        shape,
-        softmax,
-        take_along_axis,
-        transpose,
-        where,
-    )
+    from keras_transformer.utils import tensorflow_eager_ops as _direct
 else:
-    add, cast, einsum, matmul = ops.add, ops.cast, ops.einsum, ops.matmul
-    layer_normalization, take_along_axis = ops.layer_normalization, ops.take_along_axis
-    reshape, shape, softmax, transpose, where = ops.reshape, ops.shape, ops.softmax, ops.transpose, ops.where
+    _direct = ops
+
+add, cast, einsum, matmul = _direct.add, _direct.cast, _direct.einsum, _direct.matmul
+layer_normalization, take_along_axis = _direct.layer_normalization, _direct.take_along_axis
+reshape, shape, softmax = _direct.reshape, _direct.shape, _direct.softmax
+transpose, where = _direct.transpose, _direct.where
