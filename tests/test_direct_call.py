@@ -12,13 +12,15 @@ from keras_transformer.layers.direct_call import calls_directly
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.projections import Dense, EinsumDense
 from keras_transformer.layers.residual import LayerNormalization
+from keras_transformer.layers.scaled_shared_embedding import ScaledSharedEmbedding
+from keras_transformer.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 
 ON_TORCH = keras.config.backend() == "torch"
 DIRECT = keras.config.backend() in ("torch", "tensorflow")
 # The layers of a decoder block's step that are called once or more per step.
 STEP_LAYERS = {"query", "key", "value", "attention_output", "inner", "outer", "feed_forward"}
 # Layers a torch decoding step leaves out (dropouts) or calls directly, beside the blocks'.
-STEP_EXTRAS = {"decoder_embedding_dropout", "logits_bias"}
+STEP_EXTRAS = {"decoder_embedding_dropout", "logits_bias", "token_embedding", "position_encoding"}
 
 
 @pytest.fixture
@@ -54,6 +56,28 @@ def test_a_direct_call_gives_keras_values(layer, through_keras):
     np.testing.assert_array_equal(direct, expected)
 
 
+def test_keyword_arguments_keras_passes_on_as_they_are_pass_directly(through_keras):
+    embedding, positions = ScaledSharedEmbedding(10, 4), SinusoidalPositionEncoding()
+    ids = ops.convert_to_tensor(np.array([[1, 2, 3]], "int32"))
+    tokens = embedding(ids)  # builds them, through Keras
+    positions(tokens)
+    through_keras.clear()
+    calls = [
+        (embedding, (ids,), {}),
+        (embedding, (tokens,), {"reverse": True}),
+        (positions, (tokens,), {"start_index": 2}),
+        (positions, (tokens,), {"start_index": ops.convert_to_tensor(2, "int32")}),
+    ]
+    for layer, args, kwargs in calls:
+        direct = ops.convert_to_numpy(layer(*args, **kwargs))
+        expected = ops.convert_to_numpy(keras.layers.Layer.__call__(layer, *args, **kwargs))
+        np.testing.assert_array_equal(direct, expected)
+    assert len(through_keras) == len(calls) * (1 + (not DIRECT))  # the reference calls; on JAX all
+    through_keras.clear()
+    embedding(tokens, reverse=True, training=False)  # Keras resolves `training`
+    assert through_keras == [embedding.name]
+
+
 @pytest.mark.parametrize("run_eagerly", [False, True])
 def test_eager_decoding_steps_call_the_blocks_layers_directly(tokenizer, through_keras, run_eagerly):
     model = make_model(tokenizer, use_logits_bias=True, dropout=0.1)
@@ -75,7 +99,8 @@ def test_what_keras_call_would_change_goes_through_it():
     layer(x)
     assert calls_directly(layer, x)
     assert not calls_directly(layer, keras.Input((4,)))  # symbolic
-    assert not calls_directly(layer, ops.ones((2, 4), "int32"))  # Keras casts the input
+    assert not calls_directly(layer, ops.ones((2, 4), "float16"))  # Keras casts a floating input
+    assert calls_directly(layer, ops.ones((2, 4), "int32"))  # and leaves an integer one as it is
     mixed = Dense(3, dtype="mixed_bfloat16")
     mixed.build((2, 4))
     assert not calls_directly(mixed, ops.ones((2, 4), "bfloat16"))  # variables autocast in Keras' scope

@@ -13,9 +13,11 @@ Keras has no switch for it, hence this mixin.
 
 A layer with `DirectCall` first among its bases runs `call` (or
 `quantized_call`, as Keras would) directly when none of that work would
-change anything: on torch or eager TensorFlow, built, one tensor argument of the layer's compute
-dtype without a Keras mask, no autocast scope and no mixed precision, no
-activity regularizer, no rematerialization. Any other call goes through
+change anything: on torch or eager TensorFlow, built, one tensor argument
+(of the layer's compute dtype if floating point) without a Keras mask,
+keyword arguments Keras passes on as they are (no `training`, no `mask`),
+no autocast scope and no mixed precision, no activity regularizer, no
+rematerialization. Any other call goes through
 Keras' `__call__`. torch forward hooks registered on such a layer do not run
 on the direct path.
 
@@ -39,11 +41,21 @@ class DirectCall:
     """Mixin: `layer(x)` as `layer.call(x)` on eager tensors where Keras' `__call__` would add nothing."""
 
     def __call__(self, *args, **kwargs):
-        if _EAGER_BACKEND and not kwargs and len(args) == 1 and calls_directly(self, args[0]):
+        if _EAGER_BACKEND and len(args) == 1 and _left_as_they_are(kwargs) and calls_directly(self, args[0]):
             if self.quantization_mode is not None:
-                return self.quantized_call(args[0])
-            return self.call(args[0])
+                return self.quantized_call(args[0], **kwargs)
+            return self.call(args[0], **kwargs)
         return super().__call__(*args, **kwargs)
+
+
+def _left_as_they_are(kwargs: dict) -> bool:
+    """Keyword arguments that Keras' `__call__` hands to `call` unchanged:
+    Python bools and ints, and eager tensors that are not floating point;
+    not `training` or `mask`, which it resolves itself."""
+    return all(
+        name not in ("training", "mask") and (type(value) in (bool, int) or _eager_tensor_of(value, None))
+        for name, value in kwargs.items()
+    )
 
 
 def calls_directly(layer: keras.layers.Layer, inputs) -> bool:
@@ -64,12 +76,20 @@ def calls_directly(layer: keras.layers.Layer, inputs) -> bool:
 if keras.config.backend() == "torch":
     import torch
 
-    def _eager_tensor_of(inputs, dtype: str) -> bool:
-        return isinstance(inputs, torch.Tensor) and inputs.dtype == getattr(torch, dtype)
+    def _eager_tensor_of(inputs, float_dtype: str | None) -> bool:
+        """A torch tensor that Keras would not cast: of `float_dtype` if floating point."""
+        if not isinstance(inputs, torch.Tensor):
+            return False
+        if not inputs.dtype.is_floating_point:
+            return True
+        return float_dtype is not None and inputs.dtype == getattr(torch, float_dtype)
 
 elif keras.config.backend() == "tensorflow":
     import tensorflow as tf
 
-    def _eager_tensor_of(inputs, dtype: str) -> bool:
-        """Outside `tf.function`, where every tensor is eager."""
-        return tf.executing_eagerly() and isinstance(inputs, tf.Tensor) and inputs.dtype.name == dtype
+    def _eager_tensor_of(inputs, float_dtype: str | None) -> bool:
+        """An eager tensor (outside `tf.function`, every tensor is) that Keras
+        would not cast: of `float_dtype` if floating point."""
+        if not (tf.executing_eagerly() and isinstance(inputs, tf.Tensor)):
+            return False
+        return not inputs.dtype.is_floating or inputs.dtype.name == float_dtype

@@ -5,11 +5,12 @@ import math
 import keras
 
 from keras_transformer.layers import products, torch_int8
+from keras_transformer.layers.direct_call import DirectCall
 from keras_transformer.utils import eager_ops as ops
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class ScaledSharedEmbedding(keras.layers.ReversibleEmbedding):
+class ScaledSharedEmbedding(DirectCall, keras.layers.ReversibleEmbedding):
     """One matrix `E` for source embedding, target embedding and output softmax.
 
     Section 3.4: "we share the same weight matrix between the two embedding
