@@ -20,6 +20,7 @@ import keras
 import numpy as np
 
 from keras_transformer.utils import eager_ops as ops
+from keras_transformer.utils import text_libraries
 from keras_transformer.utils.slice_update import slice_update
 
 NEG_INF = -1e9
@@ -82,18 +83,16 @@ def _chunk_length(length: int, preferred: int) -> int:
 
 
 def _chunks_pay(logits) -> bool:
-    """Whether to score chunks (`best_extensions`): in a compiled search, where
-    `(x - max) - log(sum(exp(x - max)))` in `keras.ops` rounds as `ops.log_softmax`
-    does (TensorFlow; JAX inside one program) and saves a pass over the
-    vocabulary. Eagerly its many small operations cost more than that pass,
-    and torch's fused kernel rounds its own way."""
-    if keras.config.backend() == "jax":
+    """Whether to score chunks (`best_extensions`): in a compiled search, where `(x - max) -
+    log(sum(exp(x - max)))` in `keras.ops` rounds as `ops.log_softmax` does (TensorFlow; JAX inside one
+    program) and saves a pass over the vocabulary. Eagerly its many small operations cost more than
+    that pass; torch's fused kernel rounds its own way."""
+    backend = keras.config.backend()
+    if backend == "jax":
         import jax
 
         return isinstance(logits, jax.core.Tracer)
-    import tensorflow as tf
-
-    return keras.config.backend() == "tensorflow" and not tf.executing_eagerly()
+    return backend == "tensorflow" and not text_libraries.tf.executing_eagerly()
 
 
 def best_extensions(logits, alive_scores, count: int, banned_ids, forced, end_token_id: int, chunk: int = 32):
