@@ -1,4 +1,4 @@
-"""torch decoding eager, with its step through `torch.compile`, and Hugging Face's, timed.
+"""torch decoding eager, with each search step through `torch.compile`, and Hugging Face's, timed.
 
     python -m benchmarks.torch_compiled_step --size tiny --beam 1
     python -m benchmarks.torch_compiled_step --size tiny --beam 4
@@ -6,10 +6,11 @@
 The benchmark's decoding workload (`benchmarks.run`: the random Marian
 checkpoint, batch 32, 24 source tokens, exactly 24 new tokens) through
 Hugging Face's `MarianMTModel.generate`, this project eagerly, and this
-project with `jit_compile=True` (its decoding step through `torch.compile`),
-each in a process of its own (torch fixes its thread pools once per
-process): the first call (compilation included), then the median of
-`--repeats` calls.
+project with `jit_compile=True` (each step of its search, decoding and
+choosing, through `torch.compile`), each in a process of its own (torch
+fixes its thread pools once per process): the first call (compilation
+included, shorter when torch's compile cache already holds the graph),
+then the median of `--repeats` calls.
 """
 
 from __future__ import annotations

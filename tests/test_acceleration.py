@@ -2,6 +2,7 @@
 
 import keras
 import numpy as np
+import pytest
 from keras import ops
 
 import keras_transformer as kt
@@ -42,10 +43,24 @@ def test_a_search_steps_logits_are_the_backbones_logits_for_any_rows(monkeypatch
 
 def test_a_quantized_or_small_model_takes_the_backbones_logits():
     small = kt.TransformerBackbone(vocabulary_size=100, **TINY_CONFIG)
-    assert acceleration.step_logits(small) == small.logits
+    # On torch, a float32 model's steps read E^T from a transposed copy.
+    assert (acceleration.step_logits(small) == small.logits) == (keras.config.backend() != "torch")
     large = kt.TransformerBackbone(vocabulary_size=16_000, **TINY_CONFIG)
     large.quantize("int8")
     assert acceleration.step_logits(large) == large.logits
+
+
+@pytest.mark.skipif(keras.config.backend() != "torch", reason="the transposed copy of E is torch's")
+def test_the_transposed_embeddings_are_kept_and_made_again_after_the_weights_change():
+    backbone = kt.TransformerBackbone(vocabulary_size=100, **TINY_CONFIG)
+    embeddings = backbone.decoder_token_embedding.embeddings
+    first = acceleration.torch_transposed(embeddings)
+    assert first.is_contiguous() and acceleration.torch_transposed(embeddings) is first
+    np.testing.assert_array_equal(ops.convert_to_numpy(first), ops.convert_to_numpy(embeddings).T)
+    embeddings.assign(ops.convert_to_numpy(embeddings) + 1.0)  # as training or loading weights would
+    again = acceleration.torch_transposed(embeddings)
+    assert again is not first
+    np.testing.assert_array_equal(ops.convert_to_numpy(again), ops.convert_to_numpy(embeddings).T)
 
 
 def test_under_xla_one_sentence_is_greedily_searched_as_two_rows(tiny_model, monkeypatch):

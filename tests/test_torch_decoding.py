@@ -62,13 +62,17 @@ def test_slice_update_traces_under_torch_compile():
     assert expected[:, 2:4].all() and not expected[:, :2].any() and not expected[:, 4:].any()
 
 
-def test_jit_compile_puts_the_decoding_step_through_torch_compile_with_the_eager_tokens(tiny_model):
+@pytest.mark.parametrize("beam_size", [None, 2])
+def test_jit_compile_puts_each_step_of_the_search_through_torch_compile_with_the_eager_tokens(tiny_model, beam_size):
     from torch._dynamo.utils import counters
 
     sentences = ["a dog runs", "two men sit on a bench"]
-    eager = tiny_model.generate(sentences, beam_size=None, max_length=10)
+    eager = tiny_model.generate(sentences, beam_size=beam_size, max_length=10)
     tiny_model.compile(jit_compile=True)
     counters.clear()
-    assert tiny_model.generate(sentences, beam_size=None, max_length=10) == eager
-    assert counters["stats"]["unique_graphs"] >= 1  # it did compile
-    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert tiny_model.generate(sentences, beam_size=beam_size, max_length=10) == eager
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs >= 1  # it did compile
+    assert not counters["graph_break"], dict(counters["graph_break"])  # one graph a step, decoding and choosing
+    assert tiny_model.generate(sentences[::-1], beam_size=beam_size, max_length=10) == eager[::-1]
+    assert counters["stats"]["unique_graphs"] == graphs  # the same shape: nothing compiled again

@@ -10,6 +10,7 @@ Every way gives the same translations, and each is taken where it measured
 faster (`benchmarks/RESULTS.md`, "Why the code takes these paths").
 """
 
+import weakref
 from collections.abc import Callable
 
 import keras
@@ -25,6 +26,8 @@ VOCABULARY_PARTS = 4
 # Under XLA, a greedy search runs at least this many rows: XLA's CPU code for
 # a product of one row by a weight matrix is slower than for two.
 XLA_MIN_GREEDY_ROWS = 2
+# id(torch matrix E) -> (weakref to it, its version, E^T as a contiguous copy)
+_TRANSPOSED: dict[int, tuple] = {}
 
 
 def rows_to_search(sentences: int, greedy: bool, under_xla: bool) -> int:
@@ -49,7 +52,10 @@ def step_logits(backbone) -> Callable:
       the vocabulary as the second operand's last axis;
     - on JAX: `logits_by_parts` for `PARTS_MIN_ROWS` rows or more and
       `PARTS_MIN_VOCABULARY` tokens or more, which XLA's CPU runtime runs
-      side by side.
+      side by side;
+    - on torch in float32: a product with `E^T` laid out in memory as such
+      (`torch_transposed`), which torch's CPU kernels read faster than `E`
+      transposed by strides.
 
     Call it inside the traced search, outside its loop.
     """
@@ -74,7 +80,36 @@ def step_logits(backbone) -> Callable:
             return _with_bias(backbone, logits_by_parts(hidden, embedding.embeddings, VOCABULARY_PARTS))
 
         return logits_of_many_rows_by_parts
+    if backend == "torch" and backbone.compute_dtype == "float32" and embedding.embeddings.dtype == "float32":
+        kernel = torch_transposed(embedding.embeddings)
+
+        def logits_from_transposed_copy(hidden):
+            return _with_bias(backbone, products.dense(hidden, kernel))
+
+        return logits_from_transposed_copy
     return backbone.logits
+
+
+def torch_transposed(variable: keras.Variable):
+    """A torch matrix variable's transpose as a contiguous copy, kept while the
+    variable lives and made again after it changes (training, loading).
+
+    The model's largest product, `h @ E^T`, reads `E^T` as the strides of `E`
+    unless given this copy: torch's CPU kernels ran it 1.25-2.2x as fast from
+    the copy at decoding's shapes (`benchmarks/RESULTS.md`, "torch: where a
+    decoding call goes"). The price is one more copy of `E` in memory.
+    """
+    matrix = variable.value
+    key, version = id(matrix), matrix._version
+    cached = _TRANSPOSED.get(key)
+    if cached is not None and cached[0]() is matrix and cached[1] == version:
+        return cached[2]
+    import torch
+
+    with torch.inference_mode(False):  # a plain tensor, whichever mode the first search ran in
+        transposed = matrix.detach().t().contiguous()
+    _TRANSPOSED[key] = (weakref.ref(matrix, lambda _: _TRANSPOSED.pop(key, None)), version, transposed)
+    return transposed
 
 
 @products.accumulating_in_float32

@@ -7,9 +7,10 @@ beam search of `keras_transformer.generation.search`. `compiled_search` compiles
 it per backend: XLA on TensorFlow, `jax.jit` on JAX (stateless, the
 variables passed in), under `torch.inference_mode` on torch, its caches
 written in place (`utils.slice_update.writing_in_place`), eagerly or, with
-`jit_compile=True`, its decoding step through `torch.compile`.
+`jit_compile=True`, each step of the search through `torch.compile`.
 """
 
+import warnings
 from collections.abc import Callable
 from functools import partial
 
@@ -32,8 +33,9 @@ def resolve_jit_compile(jit_compile: bool | str = "auto", training_dtype: str | 
     without a GPU; here CPUs keep XLA, which speeds up training and decoding
     there too. Keras' other reason stays: no XLA inside a `tf.distribute`
     strategy's scope (its mirrored variables live on several devices, which
-    XLA refuses). On torch, "auto" stays eager (`torch.compile` is opt-in
-    with `jit_compile=True`).
+    XLA refuses). On torch, "auto" stays eager: `torch.compile` (opt-in
+    with `jit_compile=True`) takes 7-30 s per batch shape on a small CPU,
+    which pays off only after 1,000-10,000 sentences of that shape.
 
     Under XLA, TensorFlow keeps a bfloat16 step's weight gradients in
     float32 (`layers.products`), while its own kernels run them on the CPU's
@@ -70,7 +72,7 @@ def search_step(
     alpha: float = SearchSettings.alpha,
     max_extra_length: int = SearchSettings.max_extra_length,
     with_completion: bool = False,
-    decode_step: Callable | None = None,
+    compile_body: Callable | None = None,
 ) -> dict:
     """Decodes one batch of token ids; traceable as a single graph.
 
@@ -89,8 +91,8 @@ def search_step(
         with_completion: the buffer may be shorter than that limit; the
             output then also holds `complete`, which sentences were
             finished within it (see `search.beam_search`).
-        decode_step: `backbone.decode_step` (the default), or that method
-            compiled on its own (torch: `compiled_search`).
+        compile_body: compiles each step of the search, decoding and
+            choosing (torch: `compiled_search`); the first step runs as is.
 
     Returns:
         `{"decoder_token_ids", "decoder_padding_mask"}`: the translations
@@ -113,14 +115,13 @@ def search_step(
     # The backend's and CPU's way to the logits, chosen once per traced search.
     logits_of = step_logits(backbone)
     start = ops.full((batch, 1), start_token_id, dtype="int32")
-    decode_step = decode_step or backbone.decode_step
-    logits, self_cache = decode_step(
+    logits, self_cache = backbone.decode_step(
         start, 0, source_mask, backbone.empty_cache(batch, buffer_length), cross_cache, logits_of
     )
     first_logits = ops.cast(logits[:, 0, :], "float32")
 
     def step(token_ids, index, cache):
-        logits, cache = decode_step(token_ids, index, source_mask, cache, cross_cache, logits_of)
+        logits, cache = backbone.decode_step(token_ids, index, source_mask, cache, cross_cache, logits_of)
         return ops.cast(logits[:, 0, :], "float32"), cache
 
     if "decoder_padding_mask" in inputs:
@@ -135,6 +136,7 @@ def search_step(
         end_token_id=end_token_id,
         pad_token_id=pad_token_id,
         with_completion=with_completion,
+        compile_body=compile_body,
     )
     if beam_size is None:
         found = search.greedy_search(step, first_logits, self_cache, max_lengths, buffer_length, **options)
@@ -189,9 +191,9 @@ def compiled_search(
     Args:
         model: a model with a `backbone`; its variables are read at each call
             (on JAX they are passed to the compiled function).
-        jit_compile: XLA on TensorFlow; on torch, `torch.compile` of the
-            backbone's decoding step (compiled at the first call of each
-            batch shape, about a minute each on a small CPU); ignored on JAX.
+        jit_compile: XLA on TensorFlow; on torch, `torch.compile` of each
+            step of the search (compiled at the first call of each batch
+            shape, 10-30 s each on a small CPU); ignored on JAX.
         settings: the beam size, length penalty and output limit.
         with_completion: see `search_step`.
     """
@@ -208,9 +210,9 @@ def compiled_search(
         import torch
 
         if jit_compile:
-            # The step alone: the search around it is Python (`ops.while_loop`
-            # on torch), which `torch.compile` would unroll.
-            function = partial(function, decode_step=torch.compile(model.backbone.decode_step, dynamic=False))
+            # The loop's body: the loop itself is Python on torch
+            # (`ops.while_loop`), which `torch.compile` would unroll.
+            function = partial(function, compile_body=_torch_compiled)
 
         def without_gradients(inputs):
             # The search owns its caches and token buffers: written in place.
@@ -239,3 +241,19 @@ def compiled_search(
 
         return lambda inputs: stateless([v.value for v in variables], inputs)
     return function
+
+
+def _torch_compiled(body: Callable) -> Callable:
+    """`body` through `torch.compile`, for one batch shape at a time."""
+    import torch
+
+    compiled = torch.compile(body, dynamic=False)
+
+    def run(*state):
+        with warnings.catch_warnings():
+            # Dynamo traces through `functools.lru_cache` and says so: here,
+            # Keras' dtype rules, which are pure functions.
+            warnings.filterwarnings("ignore", "Dynamo detected a call to a `functools.lru_cache`", UserWarning)
+            return compiled(*state)
+
+    return run

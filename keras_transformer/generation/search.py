@@ -32,10 +32,8 @@ def length_penalty(length, alpha: float):
 
 
 def _forced_end(scores, force, end_token_id):
-    """Where `force` is true, every token but the end token gets -inf (the end
-    token keeps its own score, so forced endings are ranked fairly)."""
-    vocab = ops.shape(scores)[-1]
-    not_end = ops.arange(vocab) != end_token_id
+    """Where `force` is true, all tokens but the end token get -inf (which keeps its score, ranked fairly)."""
+    not_end = ops.arange(ops.shape(scores)[-1]) != end_token_id
     force = ops.reshape(force, ops.shape(force) + (1,) * (len(ops.shape(scores)) - len(ops.shape(force))))
     return ops.where(ops.logical_and(force, not_end), NEG_INF, scores)
 
@@ -83,10 +81,9 @@ def _chunk_length(length: int, preferred: int) -> int:
 
 
 def _chunks_pay(logits) -> bool:
-    """Whether to score chunks (`best_extensions`): in a compiled search, where `(x - max) -
-    log(sum(exp(x - max)))` in `keras.ops` rounds as `ops.log_softmax` does (TensorFlow; JAX inside one
-    program) and saves a pass over the vocabulary. Eagerly its many small operations cost more than
-    that pass; torch's fused kernel rounds its own way."""
+    """Whether to score chunks (`best_extensions`): under XLA, where `(x - max) - log(sum(exp(x - max)))`
+    in `keras.ops` rounds as `ops.log_softmax` does and saves a pass over the vocabulary. Eagerly its
+    many small operations cost more than that pass; torch's fused kernel rounds its own way."""
     backend = keras.config.backend()
     if backend == "jax":
         import jax
@@ -183,8 +180,7 @@ def best_extensions(logits, alive_scores, count: int, banned_ids, forced, end_to
 
 
 def _limit_lengths(max_lengths, buffer_length: int, with_completion: bool):
-    """The end token is forced at `max_lengths`, or at the buffer's end
-    unless the caller checks completion and searches again if needed."""
+    """The end token is forced at `max_lengths`, and at the buffer's end unless the caller checks completion."""
     max_lengths = ops.cast(max_lengths, "int32")
     return max_lengths if with_completion else ops.minimum(max_lengths, buffer_length - 1)
 
@@ -214,6 +210,7 @@ def greedy_search(
     pad_token_id: int,
     *,
     with_completion: bool = False,
+    compile_body: Callable | None = None,
 ):
     """Picks the most probable token at every step.
 
@@ -225,7 +222,7 @@ def greedy_search(
             sentence, end token included (the end token is forced there).
         buffer_length: static size of the output, start token included.
         start_token_id, end_token_id, pad_token_id: special token ids.
-        with_completion: see `beam_search`.
+        with_completion, compile_body: see `beam_search`.
 
     Returns:
         `(batch, buffer_length)` int32 tokens: start token, the translation, the
@@ -250,14 +247,15 @@ def greedy_search(
         return ops.logical_not(ops.all(done))
 
     def body(index, tokens, done, cache):
-        logits, cache = step_fn(ops.slice(tokens, (0, index), (batch, 1)), index, cache)
+        # A gather: `torch.compile` traces it, and would stop at a slice that starts at a tensor.
+        logits, cache = step_fn(ops.take(tokens, ops.reshape(index, (1,)), axis=1), index, cache)
         token = choose(logits, index + 1, done)
         tokens = slice_update(tokens, (0, index + 1), token[:, None])
         return index + 1, tokens, ops.logical_or(done, token == end_token_id), cache
 
     _, tokens, done, _ = ops.while_loop(
         cond,
-        body,
+        compile_body(body) if compile_body else body,
         (ops.convert_to_tensor(1, "int32"), tokens, done, cache),
         maximum_iterations=buffer_length - 2,
     )
@@ -279,6 +277,7 @@ def beam_search(
     with_completion: bool = False,
     reorder_cache: Callable | None = None,
     expand_cache: Callable | None = None,
+    compile_body: Callable | None = None,
 ):
     """Beam search as in section 6.1: keeps `beam_size` live hypotheses and a
     pool of the `beam_size` best finished ones, scored by log P(Y) / lp(Y),
@@ -309,6 +308,8 @@ def beam_search(
         expand_cache: `(cache, beam_size) -> cache` for `batch * beam_size`
             rows that all continue the start token; by default every tensor
             of the cache is repeated along its first axis.
+        compile_body: compiles the loop's body, one step of the search
+            (on torch, `torch.compile`: `decoding.compiled_search`).
 
     Returns:
         `(tokens, scores)`: the best finished hypothesis of each sentence,
@@ -377,7 +378,7 @@ def beam_search(
 
     def body(index, alive_tokens, alive_scores, finished_tokens, finished_scores, cache):
         rows = ops.reshape(alive_tokens, (batch * k, buffer_length))
-        logits, cache = step_fn(ops.slice(rows, (0, index), (batch * k, 1)), index, cache)
+        logits, cache = step_fn(ops.take(rows, ops.reshape(index, (1,)), axis=1), index, cache)  # as greedy's
         logits = ops.reshape(ops.cast(logits, "float32"), (batch, k, vocab))
         alive_tokens, alive_scores, finished_tokens, finished_scores, origin = advance(
             index + 1, logits, alive_tokens, alive_scores, finished_tokens, finished_scores
@@ -389,7 +390,7 @@ def beam_search(
 
     _, _, alive_scores, finished_tokens, finished_scores, _ = ops.while_loop(
         cond,
-        body,
+        compile_body(body) if compile_body else body,
         (ops.convert_to_tensor(1, "int32"), alive_tokens, alive_scores, finished_tokens, finished_scores, cache),
         maximum_iterations=buffer_length - 2,
     )
