@@ -132,6 +132,16 @@ def implementations(args) -> list[dict]:
                     label=f"this project, {backend}, {precision}",
                 )
             )
+    if args.torch_compiled:  # decoding only: `jit_compile` is about the searches here
+        jobs.append(
+            dict(
+                implementation="project",
+                backend="torch",
+                precision="float32",
+                jit_compile=True,
+                label="this project, torch, float32, jit_compile=True",
+            )
+        )
     return jobs
 
 
@@ -141,6 +151,11 @@ def parse_args(argv=None):
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))
     parser.add_argument("--peers", nargs="*", choices=PEERS, default=list(DEFAULT_PEERS))
+    parser.add_argument(
+        "--torch-compiled",
+        action="store_true",
+        help="also decode on torch with jit_compile=True (each search step through torch.compile)",
+    )
     parser.add_argument("--full-grid", action="store_true", help="batch 1/8/32/128 and source 8..256 (tiny size)")
     parser.add_argument("--no-grid", action="store_true", help="only the headline workloads")
     parser.add_argument(
@@ -202,12 +217,14 @@ def main(argv=None) -> None:
             workloads += grid_workloads(size, "full" if args.full_grid else "small")
         reference = None
         for spec in implementations(args):
-            key = "-".join(filter(None, [size, spec["implementation"], spec["backend"], spec["precision"]]))
+            compiled = "compiled" if spec.get("jit_compile") else None
+            key = "-".join(filter(None, [size, spec["implementation"], spec["backend"], spec["precision"], compiled]))
+            job_workloads = [w for w in workloads if not (compiled and w.kind == "train")]
             job = {
                 **spec,
                 "size": size,
                 "checkpoint": str(checkpoint),
-                "workloads": [workload_to_dict(w) for w in workloads],
+                "workloads": [workload_to_dict(w) for w in job_workloads],
                 "reference": reference,
                 "strict": spec["precision"] == "float32" and not args.no_strict,
                 "repeats": args.repeats,

@@ -156,6 +156,17 @@ def test_the_peers_at_their_best_are_every_compute_type_the_cpu_supports():
     ]
 
 
+def test_torch_compiled_decoding_is_a_job_of_its_own():
+    arguments = ["--peers", "--backends", "torch", "--precisions", "float32", "int8", "--torch-compiled"]
+    jobs = run.implementations(run.parse_args(arguments))
+    assert [(job["backend"], job.get("jit_compile", "auto")) for job in jobs] == [
+        ("torch", "auto"),
+        ("torch", "auto"),
+        ("torch", True),
+    ]
+    assert jobs[-1]["label"] == "this project, torch, float32, jit_compile=True"
+
+
 def _busy_python(seconds: float, done: Path) -> str:
     return (
         f"import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end: pass\n"
