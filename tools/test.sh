@@ -14,7 +14,7 @@ python -m ruff format --check . || status=1
 # The fast tests compile hundreds of tiny programs that each run for
 # milliseconds, mostly on one core: XLA skips LLVM's optimisations there (the
 # same programs, less optimised machine code) and pytest-xdist runs a test
-# file per core. PyTorch's tests compile nothing, so there a second worker
+# file per core. PyTorch's tests compile little, so there a second worker
 # only competes for the cores (the file takes about twice as long with two).
 # The slow tests run one at a time and compile as users do.
 fast_xla_flags="${XLA_FLAGS:-} --xla_backend_optimization_level=0"
