@@ -107,7 +107,7 @@ class Transformer(TransformerGeneration, TransformerFitting, keras_hub.models.Se
                 CPU with bfloat16 instructions (see
                 `decoding.resolve_jit_compile`); on torch, eager, and
                 `jit_compile=True` puts each step of the searches through
-                `torch.compile` (`decoding.compiled_search`): 1.2-1.6x as
+                `torch.compile` (`decoding.compiled_search`): 1.1-1.8x as
                 fast, after 7-30 s of compiling per batch shape.
         """
         backbone = self.backbone
