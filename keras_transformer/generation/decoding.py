@@ -34,7 +34,7 @@ def resolve_jit_compile(jit_compile: bool | str = "auto", training_dtype: str | 
     there too. Keras' other reason stays: no XLA inside a `tf.distribute`
     strategy's scope (its mirrored variables live on several devices, which
     XLA refuses). On torch, "auto" stays eager: `torch.compile` (opt-in
-    with `jit_compile=True`) takes 7-30 s per batch shape on a small CPU,
+    with `jit_compile=True`) takes 5-31 s per batch shape on a small CPU,
     which pays off only after 1,000-10,000 sentences of that shape.
 
     Under XLA, TensorFlow keeps a bfloat16 step's weight gradients in
@@ -193,7 +193,7 @@ def compiled_search(
             (on JAX they are passed to the compiled function).
         jit_compile: XLA on TensorFlow; on torch, `torch.compile` of each
             step of the search (compiled at the first call of each batch
-            shape, 10-30 s each on a small CPU); ignored on JAX.
+            shape, 5-31 s each on a small CPU); ignored on JAX.
         settings: the beam size, length penalty and output limit.
         with_completion: see `search_step`.
     """

@@ -108,7 +108,7 @@ class Transformer(TransformerGeneration, TransformerFitting, keras_hub.models.Se
                 `decoding.resolve_jit_compile`); on torch, eager, and
                 `jit_compile=True` puts each step of the searches through
                 `torch.compile` (`decoding.compiled_search`): 1.1-1.8x as
-                fast, after 7-30 s of compiling per batch shape.
+                fast, after 5-31 s of compiling per batch shape.
         """
         backbone = self.backbone
         if optimizer == "auto":
