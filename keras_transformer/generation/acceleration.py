@@ -96,8 +96,9 @@ def torch_transposed(variable: keras.Variable):
 
     The model's largest product, `h @ E^T`, reads `E^T` as the strides of `E`
     unless given this copy: torch's CPU kernels ran it 1.25-2.2x as fast from
-    the copy at decoding's shapes (`benchmarks/RESULTS.md`, "torch: where a
-    decoding call goes"). The price is one more copy of `E` in memory.
+    the copy with `E` of 4 million numbers or more, and as fast with 1 million
+    (`benchmarks/RESULTS.md`, "torch: where a decoding call goes"). The
+    price is one more copy of `E` in memory.
     """
     matrix = variable.value
     key, version = id(matrix), matrix._version
