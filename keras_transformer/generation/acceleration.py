@@ -10,13 +10,13 @@ Every way gives the same translations, and each is taken where it measured
 faster (`benchmarks/RESULTS.md`, "Why the code takes these paths").
 """
 
-import weakref
 from collections.abc import Callable
 
 import keras
 from keras import ops
 
 from keras_transformer.layers import products
+from keras_transformer.utils.derived_tensors import derived
 
 # Beam search of a batch: from this many rows and vocabulary entries, JAX
 # computes the projection in `VOCABULARY_PARTS` independent products.
@@ -26,7 +26,7 @@ VOCABULARY_PARTS = 4
 # Under XLA, a greedy search runs at least this many rows: XLA's CPU code for
 # a product of one row by a weight matrix is slower than for two.
 XLA_MIN_GREEDY_ROWS = 2
-# id(torch matrix E) -> (weakref to it, its version, E^T as a contiguous copy)
+# The transposed copies, by matrix (`utils.derived_tensors`).
 _TRANSPOSED: dict[int, tuple] = {}
 
 
@@ -80,7 +80,7 @@ def step_logits(backbone) -> Callable:
             return _with_bias(backbone, logits_by_parts(hidden, embedding.embeddings, VOCABULARY_PARTS))
 
         return logits_of_many_rows_by_parts
-    if backend == "torch" and backbone.compute_dtype == "float32" and embedding.embeddings.dtype == "float32":
+    if backend == "torch" and backbone.compute_dtype == "float32":
         kernel = torch_transposed(embedding.embeddings)
 
         def logits_from_transposed_copy(hidden):
@@ -100,17 +100,15 @@ def torch_transposed(variable: keras.Variable):
     (`benchmarks/RESULTS.md`, "torch: where a decoding call goes"). The
     price is one more copy of `E` in memory.
     """
-    matrix = variable.value
-    key, version = id(matrix), matrix._version
-    cached = _TRANSPOSED.get(key)
-    if cached is not None and cached[0]() is matrix and cached[1] == version:
-        return cached[2]
     import torch
 
-    with torch.inference_mode(False):  # a plain tensor, whichever mode the first search ran in
-        transposed = matrix.detach().t().contiguous()
-    _TRANSPOSED[key] = (weakref.ref(matrix, lambda _: _TRANSPOSED.pop(key, None)), version, transposed)
-    return transposed
+    matrix = variable.value
+
+    def transposed():
+        with torch.inference_mode(False):  # a plain tensor, whichever mode the first search ran in
+            return matrix.detach().t().contiguous()
+
+    return derived(_TRANSPOSED, matrix, (), transposed)
 
 
 @products.accumulating_in_float32

@@ -38,14 +38,15 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-import weakref
 
 import keras
+
+from keras_transformer.utils.derived_tensors import derived
 
 # Engines whose dynamic int8 linear is FBGEMM's, measured faster than
 # float32 here (benchmarks/RESULTS.md, "Why the code takes these paths").
 _ENGINES = ("x86", "fbgemm")
-# id(int8 weight) -> (weakref to it, the versions of it and its scale, the packed weight)
+# The packed weights, by int8 weight (`utils.derived_tensors`).
 _PACKED: dict[int, tuple] = {}
 
 
@@ -116,14 +117,8 @@ def linear(inputs, weight, scale, *, contracted_axes: int = 1, weight_rows_are_o
 
 def _packed(weight, scale, outputs: int, weight_rows_are_outputs: bool):
     """The prepacked weight, made again when the weight or its scale has changed."""
-    key = id(weight)
-    state = (weight._version, id(scale), scale._version)
-    cached = _PACKED.get(key)
-    if cached is not None and cached[0]() is weight and cached[1] == state:
-        return cached[2]
-    packed = _pack(weight, scale, outputs, weight_rows_are_outputs)
-    _PACKED[key] = (weakref.ref(weight, lambda _: _PACKED.pop(key, None)), state, packed)
-    return packed
+    state = (id(scale), scale._version)
+    return derived(_PACKED, weight, state, lambda: _pack(weight, scale, outputs, weight_rows_are_outputs))
 
 
 def _pack(weight, scale, outputs: int, weight_rows_are_outputs: bool):
