@@ -146,3 +146,32 @@ def test_each_row_is_quantized_on_its_own_scale():
     # The small row keeps its own precision: with one scale for the batch it would round to zero.
     assert np.abs(together[0] - exact[0]).max() < 0.05 * np.abs(exact[0]).max()
     np.testing.assert_allclose(together[0], alone[0], atol=0.05 * np.abs(exact[0]).max())
+
+
+def _int8_dense(kernel):
+    layer = Dense(kernel.shape[1], use_bias=False)
+    layer.build((None, kernel.shape[0]))
+    layer.kernel.assign(kernel)
+    layer.quantize("int8")
+    return layer
+
+
+def test_signed_inputs_keep_eight_bits():
+    import torch
+
+    identity = _int8_dense(np.eye(256, dtype="float32"))  # exact in 7 bits and in 8
+    row = np.linspace(-1.0, 1.0, 256, dtype="float32")[None]
+    with torch.inference_mode():
+        error = np.abs(ops.convert_to_numpy(identity(row)) - row).max()
+    # Rounding to 255 steps over [-1, 1] errs by at most 1/255; to 127 steps (7 bits), up to 1/127.
+    assert error < 0.005
+
+
+def test_sums_of_large_products_do_not_saturate():
+    import torch
+
+    ones = _int8_dense(np.ones((64, 4), "float32"))
+    with torch.inference_mode():
+        outputs = ops.convert_to_numpy(ones(np.ones((2, 64), "float32")))
+    # With 8-bit inputs and 8-bit weights, CPUs without VNNI clip each pair's sum to 32,767: about half.
+    np.testing.assert_allclose(outputs, 64.0, rtol=0.01)

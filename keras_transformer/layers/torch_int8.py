@@ -18,11 +18,18 @@ The kernel quantizes its input with one scale for the whole tensor (all
 rows of a batch), where Keras' code takes one per row; so `linear` divides
 each row by its largest magnitude before the kernel and multiplies the
 row's outputs back after (a product is linear in each row), which gives
-every row the whole range, as Keras' scales do. The inputs are quantized to
-7 bits (`reduce_range`), as `torch.ao` does on x86: with 8, CPUs without
-VNNI instructions saturate the kernel's 16-bit sums. The translations
-differ a little from Keras' int8 ones on TensorFlow and JAX;
-`benchmarks/real_text.py` measures their BLEU against float32.
+every row the whole range, as Keras' scales do.
+
+On CPUs without VNNI instructions the kernel adds pairs of products in 16
+bits, which saturate when 8-bit inputs meet 8-bit weights (255 * 127 * 2 >
+32,767). `torch.ao` quantizes the inputs to 7 bits to prevent it: its
+asymmetric 7 bits span a signed row in 127 steps where Keras' symmetric 8
+bits take 254. Here the weights give up the bit instead (Keras' -127..127
+rescaled to -63..63, one scale per output as before) and the inputs keep
+Keras' resolution. Per token both ways are equally far from float32, and
+farther than Keras' own int8 code; this one scored nearer float32's BLEU
+on both shipped presets (`benchmarks/RESULTS.md`, "int8 on torch: which
+operand gives up a bit"; `benchmarks/real_text.py` measures it).
 
 Example:
 >>> import numpy as np, torch
@@ -46,6 +53,9 @@ from keras_transformer.utils.derived_tensors import derived
 # Engines whose dynamic int8 linear is FBGEMM's, measured faster than
 # float32 here (benchmarks/RESULTS.md, "Why the code takes these paths").
 _ENGINES = ("x86", "fbgemm")
+# The weights' largest magnitude in the kernel: 7 bits, so that the 16-bit
+# sums of two products of 8-bit inputs cannot saturate (255 * 63 * 2 < 32,767).
+_WEIGHT_LEVELS = 63
 # The packed weights, by int8 weight (`utils.derived_tensors`).
 _PACKED: dict[int, tuple] = {}
 
@@ -111,7 +121,7 @@ def linear(inputs, weight, scale, *, contracted_axes: int = 1, weight_rows_are_o
     packed = _packed(weight, scale, math.prod(output_shape), weight_rows_are_outputs)
     flat = inputs.reshape(*leading, math.prod(contracted_shape))
     row_scale = flat.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(flat.dtype).tiny)
-    outputs = torch.ops.quantized.linear_dynamic(flat / row_scale, packed, True) * row_scale  # True: 7 bits
+    outputs = torch.ops.quantized.linear_dynamic(flat / row_scale, packed, False) * row_scale  # False: 8 bits
     return outputs.reshape(*leading, *output_shape)
 
 
@@ -125,11 +135,12 @@ def _pack(weight, scale, outputs: int, weight_rows_are_outputs: bool):
     import torch
 
     rows = weight.reshape(outputs, -1) if weight_rows_are_outputs else weight.reshape(-1, outputs).t()
+    rows = torch.round(rows.detach().float() * (_WEIGHT_LEVELS / 127)).to(torch.int8)
     # Keras' scale multiplies a float weight into int8; a quantized tensor's divides.
-    per_output = scale.detach().reshape(outputs).double().reciprocal()
+    per_output = (scale.detach().reshape(outputs).double() * (_WEIGHT_LEVELS / 127)).reciprocal()
     with warnings.catch_warnings():  # torch's deprecation of quantized tensors, which users cannot act on
         warnings.filterwarnings("ignore", "torch.quantize_per_tensor", UserWarning)
         quantized = torch._make_per_channel_quantized_tensor(
-            rows.detach().contiguous(), per_output, torch.zeros(outputs, dtype=torch.long), 0
+            rows.contiguous(), per_output, torch.zeros(outputs, dtype=torch.long), 0
         )
         return torch.ops.quantized.linear_prepack(quantized, None)
