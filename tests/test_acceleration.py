@@ -6,7 +6,7 @@ import pytest
 from keras import ops
 
 import keras_transformer as kt
-from helpers import TINY_CONFIG
+from helpers import PAIRS, TINY_CONFIG
 from keras_transformer.generation import acceleration
 
 
@@ -79,3 +79,63 @@ def test_under_xla_one_sentence_is_greedily_searched_as_two_rows(tiny_model, mon
     rows_searched.clear()
     tiny_model.generate(sentences[0], beam_size=2, max_length=12)
     assert rows_searched == [1]
+
+
+def test_a_small_model_is_searched_in_parts_at_once_under_xla_on_a_cpu_with_the_cores(monkeypatch):
+    monkeypatch.setattr(acceleration, "_cores", lambda: 2)
+    monkeypatch.setattr(acceleration, "computes_on_xla_cpu", lambda: True)
+    at_once = acceleration.searches_at_once
+    assert at_once(32, 2_000_000, greedy=True, under_xla=True) == 2
+    assert at_once(4, 2_000_000, greedy=True, under_xla=True) == 2  # two rows a part
+    assert at_once(3, 2_000_000, greedy=True, under_xla=True) == 1
+    assert at_once(2, 2_000_000, greedy=False, under_xla=True) == 2
+    assert at_once(32, 60_000_000, greedy=True, under_xla=True) == 1  # base size: weights streamed twice
+    assert at_once(32, 2_000_000, greedy=True, under_xla=False) == 1  # torch, or eager operators
+    monkeypatch.setattr(acceleration, "_cores", lambda: 1)
+    assert at_once(32, 2_000_000, greedy=True, under_xla=True) == 1
+
+
+def test_only_tensorflow_and_jax_search_in_parts():
+    assert acceleration.computes_on_xla_cpu() == (keras.config.backend() in ("tensorflow", "jax"))
+
+
+def _recording_searches(model, monkeypatch) -> list:
+    """Records the thread and rows of each search `model` runs."""
+    import threading
+
+    searches = []
+    search_function = model._search_function
+
+    def recording(settings, with_completion=False):
+        function = search_function(settings, with_completion)
+
+        def run(inputs):
+            searches.append((threading.current_thread().name, int(inputs["encoder_token_ids"].shape[0])))
+            return function(inputs)
+
+        return run
+
+    monkeypatch.setattr(model, "_search_function", recording)
+    return searches
+
+
+@pytest.mark.skipif(keras.config.backend() == "torch", reason="searches run in parts under XLA")
+@pytest.mark.parametrize("beam_size", [None, 2])
+def test_a_batch_searched_in_two_parts_at_once_translates_as_one_search(trained_model, beam_size, monkeypatch):
+    monkeypatch.setattr(acceleration, "_cores", lambda: 2)
+    sources = [source for source, _ in PAIRS][:5]  # in parts: 3 rows each, the last sentence twice
+    searches = _recording_searches(trained_model, monkeypatch)
+    with monkeypatch.context() as whole:
+        whole.setattr(acceleration, "SMALL_MODEL_PARAMETERS", 0)
+        one_search = trained_model.generate(sources, beam_size=beam_size, max_length=16)
+    assert [rows for _, rows in searches] == [5]
+    searches.clear()
+    for _ in range(2):  # the first call of a shape compiles it, one part after the other
+        assert trained_model.generate(sources, beam_size=beam_size, max_length=16) == one_search
+    assert [rows for _, rows in searches] == [3] * 4
+    assert sum(name.startswith("search part") for name, _ in searches) == 1
+
+
+def test_a_searched_batch_keeps_its_sentences_in_order_whole_or_in_parts():
+    halves = acceleration.search_in_parts(lambda part: {"x": np.asarray(part["x"]) + 1}, {"x": np.arange(6)}, 2)
+    assert halves["x"].tolist() == [1, 2, 3, 4, 5, 6]

@@ -2,6 +2,8 @@
 
 - `rows_to_search`: how many rows a batch is searched with. Under XLA, a
   greedy search of one sentence runs as two rows (the sentence twice).
+- `searches_at_once` and `search_in_parts`: under XLA on a CPU, a small
+  model's batch is searched as two halves at once, in two threads.
 - `step_logits`: a decoding step ends in the output projection `hidden @ E^T`
   (section 3.4) over the whole vocabulary, its largest product; this picks,
   when a search is traced, how its steps compute it.
@@ -10,9 +12,13 @@ Every way gives the same translations, and each is taken where it measured
 faster (`benchmarks/RESULTS.md`, "Why the code takes these paths").
 """
 
+import os
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_transformer.layers import products
@@ -26,8 +32,17 @@ VOCABULARY_PARTS = 4
 # Under XLA, a greedy search runs at least this many rows: XLA's CPU code for
 # a product of one row by a weight matrix is slower than for two.
 XLA_MIN_GREEDY_ROWS = 2
+# A small model's products are too small for XLA's CPU code to keep two
+# threads busy with one of them: up to this many parameters, a batch is
+# searched as `CONCURRENT_SEARCHES` parts at once. A larger model's greedy
+# search streams its weights from memory, and each part would stream them.
+SMALL_MODEL_PARAMETERS = 8_000_000
+CONCURRENT_SEARCHES = 2
 # The transposed copies, by matrix (`utils.derived_tensors`).
 _TRANSPOSED: dict[int, tuple] = {}
+# The threads that search the parts after the first, made at first use.
+_SEARCH_THREADS: list[ThreadPoolExecutor] = []
+_SEARCH_THREADS_LOCK = threading.Lock()
 
 
 def rows_to_search(sentences: int, greedy: bool, under_xla: bool) -> int:
@@ -39,6 +54,81 @@ def rows_to_search(sentences: int, greedy: bool, under_xla: bool) -> int:
     (2, 1)
     """
     return max(sentences, XLA_MIN_GREEDY_ROWS) if greedy and under_xla else sentences
+
+
+def searches_at_once(rows: int, parameters: int, greedy: bool, under_xla: bool) -> int:
+    """How many equal parts a search of `rows` runs as, side by side
+    (`search_in_parts`): `CONCURRENT_SEARCHES` for a model of at most
+    `SMALL_MODEL_PARAMETERS` under XLA on a CPU with as many cores, when each
+    part keeps the rows `rows_to_search` asks for; else 1.
+
+    XLA's compiled search runs without Python's lock, so the parts run truly
+    at once. On torch the search is Python between operators: parts in
+    threads would wait for each other.
+
+    Example:
+    >>> on_two_cores = _cores() >= 2 and computes_on_xla_cpu()
+    >>> searches_at_once(32, 2_000_000, greedy=True, under_xla=True) == (2 if on_two_cores else 1)
+    True
+    >>> searches_at_once(32, 60_000_000, greedy=True, under_xla=True)
+    1
+    """
+    smallest_part = XLA_MIN_GREEDY_ROWS if greedy else 1
+    if (
+        under_xla
+        and parameters <= SMALL_MODEL_PARAMETERS
+        and rows >= CONCURRENT_SEARCHES * smallest_part
+        and _cores() >= CONCURRENT_SEARCHES
+        and computes_on_xla_cpu()
+    ):
+        return CONCURRENT_SEARCHES
+    return 1
+
+
+def search_in_parts(search: Callable[[dict], dict], inputs: dict, parts: int, at_once: bool = True) -> dict:
+    """`search(inputs)` with the rows of `inputs` (numpy arrays, a multiple of
+    `parts` rows) in `parts` equal parts, the first in this thread and the
+    others in threads of their own; outputs as numpy arrays, rows in order.
+
+    `at_once=False` runs the parts one after the other: for a search's first
+    call of a shape, which traces and compiles it once, not in every thread.
+
+    Example:
+    >>> double = lambda part: {"x": np.asarray(part["x"]) * 2}
+    >>> search_in_parts(double, {"x": np.arange(4)}, parts=2)["x"].tolist()
+    [0, 2, 4, 6]
+    """
+    rows = len(next(iter(inputs.values())))
+    size = rows // parts
+
+    def run(part: int) -> dict:
+        piece = {key: ops.convert_to_tensor(value[part * size : (part + 1) * size]) for key, value in inputs.items()}
+        return {key: ops.convert_to_numpy(value) for key, value in search(piece).items()}
+
+    if at_once and parts > 1:
+        others = [_search_threads().submit(run, part) for part in range(1, parts)]
+        results = [run(0)] + [other.result() for other in others]
+    else:
+        results = [run(part) for part in range(parts)]
+    return {key: np.concatenate([result[key] for result in results]) for key in results[0]}
+
+
+def computes_on_xla_cpu() -> bool:
+    """Whether TensorFlow or JAX computes on the CPU."""
+    return keras.config.backend() in ("tensorflow", "jax") and products.computes_on_cpu()
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _search_threads() -> ThreadPoolExecutor:
+    with _SEARCH_THREADS_LOCK:
+        if not _SEARCH_THREADS:
+            _SEARCH_THREADS.append(
+                ThreadPoolExecutor(max_workers=CONCURRENT_SEARCHES - 1, thread_name_prefix="search part")
+            )
+        return _SEARCH_THREADS[0]
 
 
 def step_logits(backbone) -> Callable:

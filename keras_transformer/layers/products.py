@@ -68,7 +68,8 @@ def float32_accumulation(enabled: bool = True):
         yield
         return
     # Only XLA's CPU backend computes bfloat16 dots in float32; elsewhere nothing changes.
-    enabled = enabled and _FLOAT32_ACCUMULATION.get() is not False and _on_cpu() and cpu_has_bfloat16_instructions()
+    enabled = enabled and _FLOAT32_ACCUMULATION.get() is not False
+    enabled = enabled and computes_on_cpu() and cpu_has_bfloat16_instructions()
     token = _FLOAT32_ACCUMULATION.set(enabled)
     try:
         yield
@@ -83,7 +84,7 @@ def layers_sum_in_float32() -> bool:
     TensorFlow there while XLA compiles."""
     if keras.config.backend() == "torch" or _FLOAT32_ACCUMULATION.get() is False:
         return False
-    return _on_cpu() and cpu_has_bfloat16_instructions() and _traced_for_xla()
+    return computes_on_cpu() and cpu_has_bfloat16_instructions() and _traced_for_xla()
 
 
 def _summing_in_float32() -> bool:
@@ -214,7 +215,7 @@ def _both_bfloat16(x1, x2) -> bool:
     return keras.backend.standardize_dtype(x1.dtype) == keras.backend.standardize_dtype(x2.dtype) == "bfloat16"
 
 
-def _on_cpu() -> bool:
+def computes_on_cpu() -> bool:
     """Whether the backend computes on the CPU: JAX's default device is
     one, or TensorFlow sees no GPU."""
     backend = keras.config.backend()

@@ -5,9 +5,8 @@ from functools import partial
 import keras
 import keras_hub
 import numpy as np
-from keras import ops
 
-from keras_transformer.generation.acceleration import rows_to_search
+from keras_transformer.generation.acceleration import rows_to_search, search_in_parts, searches_at_once
 from keras_transformer.generation.batches import (
     concatenate,
     decoder_padded_to,
@@ -197,7 +196,11 @@ class TransformerGeneration:
         """One search of a batch with an output buffer of `buffer_length`."""
         batch = token_ids["encoder_token_ids"].shape[0]
         under_xla = keras.config.backend() != "torch" and resolve_jit_compile(self._search_cache.jit_compile)
-        rows = rows_to_search(batch, greedy=settings.beam_size is None, under_xla=under_xla)
+        greedy = settings.beam_size is None
+        rows = rows_to_search(batch, greedy=greedy, under_xla=under_xla)
+        compiled = under_xla and not self.run_eagerly  # eager operators, like torch's, hold Python's lock
+        parts = searches_at_once(rows, self.backbone.count_params(), greedy=greedy, under_xla=compiled)
+        rows = -(-rows // parts) * parts  # equal parts: one compiled shape
         if rows > batch:  # copies of the last sentence, whose outputs are dropped below
             token_ids = {
                 key: np.concatenate([value, value[-1:].repeat(rows - batch, 0)]) for key, value in token_ids.items()
@@ -208,8 +211,10 @@ class TransformerGeneration:
             prompt = {key: token_ids[key][:, :buffer_length] for key in ("decoder_token_ids", "decoder_padding_mask")}
             inputs.update(decoder_padded_to(prompt, buffer_length, self.backbone.pad_token_id))
         function = self._search_function(settings, with_completion)
-        outputs = function({k: ops.convert_to_tensor(v) for k, v in inputs.items()})
-        return {k: ops.convert_to_numpy(v)[:batch] for k, v in outputs.items()}
+        shape = (settings, with_completion, parts, *(value.shape for value in inputs.values()))
+        outputs = search_in_parts(function, inputs, parts, at_once=shape in self._search_cache.shapes)
+        self._search_cache.shapes.add(shape)
+        return {k: v[:batch] for k, v in outputs.items()}
 
     def compile_searches(self, token_ids: dict, search: SearchSettings | None = None) -> None:
         """Compiles, by running them once, the searches `generate(token_ids,
@@ -319,6 +324,7 @@ class SearchCache:
     def __init__(self, jit_compile: bool | str = "auto"):
         self.jit_compile = jit_compile  # as given to `Transformer.compile`
         self.functions = {}
+        self.shapes = set()  # of the searches run once, which may run in parts at once
 
 
 def _default_buffers(source_length: int, prompt_length: int, settings: SearchSettings) -> tuple[int | None, int]:
