@@ -40,8 +40,9 @@ SMALL_MODEL_PARAMETERS = 8_000_000
 CONCURRENT_SEARCHES = 2
 # The transposed copies, by matrix (`utils.derived_tensors`).
 _TRANSPOSED: dict[int, tuple] = {}
-# The threads that search the parts after the first, made at first use.
-_SEARCH_THREADS: list[ThreadPoolExecutor] = []
+# The threads that search the parts after the first, made at first use in
+# each process (a forked child has none of its parent's threads).
+_SEARCH_THREADS: dict[int, ThreadPoolExecutor] = {}
 _SEARCH_THREADS_LOCK = threading.Lock()
 
 
@@ -124,11 +125,11 @@ def _cores() -> int:
 
 def _search_threads() -> ThreadPoolExecutor:
     with _SEARCH_THREADS_LOCK:
-        if not _SEARCH_THREADS:
-            _SEARCH_THREADS.append(
-                ThreadPoolExecutor(max_workers=CONCURRENT_SEARCHES - 1, thread_name_prefix="search part")
-            )
-        return _SEARCH_THREADS[0]
+        process = os.getpid()
+        if process not in _SEARCH_THREADS:
+            _SEARCH_THREADS.clear()
+            _SEARCH_THREADS[process] = ThreadPoolExecutor(CONCURRENT_SEARCHES - 1, thread_name_prefix="search part")
+        return _SEARCH_THREADS[process]
 
 
 def step_logits(backbone) -> Callable:
