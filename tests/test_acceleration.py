@@ -1,5 +1,7 @@
 """The search's backend- and CPU-specific ways (its rows, a step's logits) give the same results."""
 
+import threading
+
 import keras
 import numpy as np
 import pytest
@@ -63,22 +65,33 @@ def test_the_transposed_embeddings_are_kept_and_made_again_after_the_weights_cha
     np.testing.assert_array_equal(ops.convert_to_numpy(again), ops.convert_to_numpy(embeddings).T)
 
 
-def test_under_xla_one_sentence_is_greedily_searched_as_two_rows(tiny_model, monkeypatch):
-    rows_searched = []
-    search_function = tiny_model._search_function
+def _recording_searches(model, monkeypatch) -> list:
+    """Records the thread and rows of each search `model` runs."""
+    searches = []
+    search_function = model._search_function
 
     def recording(settings, with_completion=False):
         function = search_function(settings, with_completion)
-        return lambda inputs: rows_searched.append(int(inputs["encoder_token_ids"].shape[0])) or function(inputs)
 
-    monkeypatch.setattr(tiny_model, "_search_function", recording)
+        def run(inputs):
+            searches.append((threading.current_thread().name, int(inputs["encoder_token_ids"].shape[0])))
+            return function(inputs)
+
+        return run
+
+    monkeypatch.setattr(model, "_search_function", recording)
+    return searches
+
+
+def test_under_xla_one_sentence_is_greedily_searched_as_two_rows(tiny_model, monkeypatch):
+    searches = _recording_searches(tiny_model, monkeypatch)
     sentences = ["a dog runs", "two men sit on a bench"]
     alone = [tiny_model.generate(sentence, beam_size=None, max_length=12) for sentence in sentences]
-    assert rows_searched == [1 if keras.config.backend() == "torch" else 2] * 2
+    assert [rows for _, rows in searches] == [1 if keras.config.backend() == "torch" else 2] * 2
     assert alone == tiny_model.generate(sentences, beam_size=None, max_length=12)
-    rows_searched.clear()
+    searches.clear()
     tiny_model.generate(sentences[0], beam_size=2, max_length=12)
-    assert rows_searched == [1]
+    assert [rows for _, rows in searches] == [1]
 
 
 def test_a_small_model_is_searched_in_parts_at_once_under_xla_on_a_cpu_with_the_cores(monkeypatch):
@@ -97,26 +110,6 @@ def test_a_small_model_is_searched_in_parts_at_once_under_xla_on_a_cpu_with_the_
 
 def test_only_tensorflow_and_jax_search_in_parts():
     assert acceleration.computes_on_xla_cpu() == (keras.config.backend() in ("tensorflow", "jax"))
-
-
-def _recording_searches(model, monkeypatch) -> list:
-    """Records the thread and rows of each search `model` runs."""
-    import threading
-
-    searches = []
-    search_function = model._search_function
-
-    def recording(settings, with_completion=False):
-        function = search_function(settings, with_completion)
-
-        def run(inputs):
-            searches.append((threading.current_thread().name, int(inputs["encoder_token_ids"].shape[0])))
-            return function(inputs)
-
-        return run
-
-    monkeypatch.setattr(model, "_search_function", recording)
-    return searches
 
 
 @pytest.mark.skipif(keras.config.backend() == "torch", reason="searches run in parts under XLA")

@@ -135,9 +135,10 @@ def _pack(weight, scale, outputs: int, weight_rows_are_outputs: bool):
     import torch
 
     rows = weight.reshape(outputs, -1) if weight_rows_are_outputs else weight.reshape(-1, outputs).t()
-    rows = torch.round(rows.detach().float() * (_WEIGHT_LEVELS / 127)).to(torch.int8)
+    rescale = _WEIGHT_LEVELS / 127  # Keras' -127..127 onto the kernel's levels
+    rows = torch.round(rows.detach().float() * rescale).to(torch.int8)
     # Keras' scale multiplies a float weight into int8; a quantized tensor's divides.
-    per_output = (scale.detach().reshape(outputs).double() * (_WEIGHT_LEVELS / 127)).reciprocal()
+    per_output = (scale.detach().reshape(outputs).double() * rescale).reciprocal()
     with warnings.catch_warnings():  # torch's deprecation of quantized tensors, which users cannot act on
         warnings.filterwarnings("ignore", "torch.quantize_per_tensor", UserWarning)
         quantized = torch._make_per_channel_quantized_tensor(
