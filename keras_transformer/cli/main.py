@@ -99,11 +99,11 @@ def _parents(name: str, verbose: argparse.ArgumentParser, backend: argparse.Argu
 def command_line() -> None:
     """The `keras-transformer` program (its console script and `python -m
     keras_transformer.cli`): the start-up before Keras loads, the command,
-    and for `translate` the exit without Python's finalization."""
+    and for `translate` and `serve` the exit without Python's finalization."""
     argv = sys.argv[1:]
     startup.prepare(argv)
     code = main(argv)
-    if startup.command_of(argv) in startup.LEAN_COMMANDS:
+    if startup.command_of(argv) in startup.EXIT_AT_ONCE_COMMANDS:
         startup.exit_at_once(code)
     sys.exit(code)
 

@@ -82,9 +82,12 @@ NATIVE_LOG_LINE = re.compile(
 # datasets and Kaggle downloads, Keras' pandas inputs to `fit` and `predict`.
 # JAX stays importable when it is the backend.
 OPTIONAL_IMPORTS = ("jax", "IPython", "matplotlib", "grain", "kagglehub", "pandas")
-# Commands that refuse OPTIONAL_IMPORTS while the package imports, and end
-# without Python's finalization (they write nothing but their output).
+# Commands that refuse OPTIONAL_IMPORTS while the package imports.
 LEAN_COMMANDS = ("translate",)
+# Commands that end without Python's finalization (`exit_at_once`): `translate`
+# writes nothing but its output; `serve` may be stopped while its warm-up
+# thread compiles, which finalization would tear down mid-call (an abort).
+EXIT_AT_ONCE_COMMANDS = ("translate", "serve")
 
 _filter = {}  # the installed filter: the real stderr's descriptor and the thread
 _start_up = {"refused": [], "collector_paused": False}  # what `prepare` changed until `after_imports`

@@ -7,13 +7,14 @@ Routes, as LibreTranslate has them, so that its clients work unchanged:
   form-encoded. Answers `{"translatedText": ...}` in the shape of `q`.
 - `GET /languages`: `[{"code", "name", "targets"}]`.
 - `GET /health`: 200 `{"status": "ok"}` once every model's batch shapes are
-  compiled; 503 while warming up.
+  compiled; 503 while warming up; 500 if warming up failed (and `/translate`
+  says the same).
 - `GET /frontend/settings`: the limits the web page needs.
 - `GET /metrics`: Prometheus' text format.
 - `GET /`: the web page.
 
 Errors are `{"error": "..."}` with LibreTranslate's statuses (400, 403, 429,
-500) and 413, 415, 503, 504 where HTTP has a more precise one.
+500) and 408, 413, 415, 503, 504 where HTTP has a more precise one.
 
 Example (tests and `serve` run it under uvicorn):
 >>> import keras_transformer as kt
@@ -24,6 +25,7 @@ Example (tests and `serve` run it under uvicorn):
 {'translatedText': 'Zwei Hunde spielen im Schnee.'}
 """
 
+import asyncio
 import contextlib
 import importlib.resources
 import logging
@@ -88,7 +90,7 @@ def app_of(service: TranslationService, warm_up: bool = True) -> Starlette:
     async def _translate(request: Request) -> Response:
         try:
             check_body_size(request.headers.get("content-length"), limits)
-            body = await _read_body(request, limits)
+            body = await _read_body(request, limits, service.settings.body_timeout_s)
             parsed = read_translate_request(body, request.headers.get("content-type", ""), limits)
             return JSONResponse(await service.translate(parsed))
         except ApiError as error:
@@ -96,6 +98,11 @@ def app_of(service: TranslationService, warm_up: bool = True) -> Starlette:
             return JSONResponse({"error": error.message}, error.status, headers=error.headers)
         except ClientDisconnect:
             return Response(status_code=499)
+        except asyncio.CancelledError:
+            # uvicorn cancels the requests still open at its graceful-shutdown
+            # deadline, and would answer them 500 with a traceback in the log.
+            service.metrics.rejected.labels("unavailable").inc()
+            return JSONResponse({"error": "The server shut down before answering; retry."}, 503)
         except Exception as error:  # one request's failure, answered; the server goes on
             logger.exception("Translation failed")
             service.metrics.rejected.labels("error").inc()
@@ -146,16 +153,27 @@ def app_of(service: TranslationService, warm_up: bool = True) -> Starlette:
     return app
 
 
-async def _read_body(request: Request, limits) -> bytes:
+async def _read_body(request: Request, limits, timeout_s: float) -> bytes:
     """The body, refused as soon as it passes the size limit (a missing
-    Content-Length does not let a client send more)."""
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limits.max_body_bytes:
-            raise too_large(limits)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    Content-Length does not let a client send more) or takes longer than
+    `timeout_s` to arrive (uvicorn has no such deadline: a client that stops
+    mid-body would hold its connection, and a shutting-down server, forever)."""
+
+    async def read() -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limits.max_body_bytes:
+                raise too_large(limits)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        return await asyncio.wait_for(read(), timeout_s)
+    except asyncio.TimeoutError:
+        raise ApiError(
+            408, f"The request body did not arrive within {timeout_s:g} s; send it whole, without pauses."
+        ) from None
 
 
 async def _http_error(request: Request, error: HTTPException) -> Response:
@@ -169,4 +187,6 @@ async def _internal_error(request: Request, error: Exception) -> Response:
 
 
 def _reason(status: int) -> str:
-    return {403: "forbidden", 429: "overloaded", 503: "unavailable", 504: "deadline"}.get(status, "invalid")
+    return {403: "forbidden", 429: "overloaded", 500: "error", 503: "unavailable", 504: "deadline"}.get(
+        status, "invalid"
+    )

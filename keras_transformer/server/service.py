@@ -9,6 +9,7 @@ model only in its batcher's thread.
 """
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -31,13 +32,16 @@ class ServiceSettings:
         limits: what one request may hold (`keras_transformer.server.api.Limits`).
         max_wait_ms: how long a sentence waits for others to share its batch.
         max_queue: sentences waiting per model, beyond which requests get 429.
-        timeout_s: each request's deadline (504 past it).
+        timeout_s: each request's deadline once its body is read (504 past it).
+        body_timeout_s: how long a request's body may take to arrive (408 past
+            it), so that a stalled client cannot hold the server open.
     """
 
     limits: Limits = Limits()
     max_wait_ms: float = 5.0
     max_queue: int = 1024
     timeout_s: float = 30.0
+    body_timeout_s: float = 10.0
 
 
 class TranslationService:
@@ -66,6 +70,7 @@ class TranslationService:
             self.metrics.watch_queue(model.name, model.batcher)
         self.models = models
         self._ready = threading.Event()
+        self._stopped = threading.Event()
         self.warm_up_error: BaseException | None = None
 
     @property
@@ -73,9 +78,12 @@ class TranslationService:
         return self._ready.is_set()
 
     def start(self, warm_up: bool = True) -> None:
-        """Compiles every model's batch shapes (unless `warm_up` is false), then takes requests."""
+        """Compiles every model's batch shapes (unless `warm_up` is false), then takes requests;
+        gives up between models once `stop()` was called."""
         try:
             for model in self.models:
+                if self._stopped.is_set():
+                    return
                 if warm_up:
                     started = time.monotonic()
                     model.engine.warm_up(lambda done, total, name=model.name: _log_progress(name, done, total))
@@ -89,21 +97,43 @@ class TranslationService:
 
     def start_in_background(self) -> threading.Thread:
         """`start()` in a thread of its own, so that the port answers (503) while the models compile."""
-        thread = threading.Thread(target=self.start, name="warm-up", daemon=True)
+        # Not a daemon: at interpreter exit Python would tear a daemon thread
+        # down in the middle of a compiler's native call, which aborts the
+        # process ("terminate called ...", exit 134). Exit waits for the model
+        # being compiled instead; `keras-transformer serve` does not wait, it
+        # ends without finalization (`cli.startup.exit_at_once`).
+        thread = threading.Thread(target=self._start_and_keep_failure, name="warm-up")
         thread.start()
         return thread
 
+    def _start_and_keep_failure(self) -> None:
+        with contextlib.suppress(Exception):  # logged, and kept for /health and /translate to say
+            self.start()
+
     def stop(self) -> None:
-        """Answers everything queued, then stops the batchers."""
+        """Answers everything queued, then stops the batchers (and a warm-up, after its current model)."""
+        self._stopped.set()
         for model in self.models:
             model.batcher.stop()
 
     def health(self) -> tuple[int, dict]:
+        """`/health`'s status and body: 200 when ready, else why not (as `translate` refuses)."""
+        unavailable = self._unavailable()
+        if unavailable is None:
+            return 200, {"status": "ok"}
+        status = "failed" if self.warm_up_error is not None else "warming up"
+        return unavailable.status, {"status": status, "error": unavailable.message}
+
+    def _unavailable(self) -> ApiError | None:
+        """Why no request can be translated now; `None` once ready."""
         if self.warm_up_error is not None:
-            return 500, {"status": "failed", "error": f"Warming up failed: {self.warm_up_error}"}
+            # Not a 503 with Retry-After: retrying will not help until the server is restarted.
+            return ApiError(
+                500, f"Warming up failed: {self.warm_up_error}; the server cannot translate until it is restarted."
+            )
         if not self.ready:
-            return 503, {"status": "warming up", "error": "The server is compiling its models; retry shortly."}
-        return 200, {"status": "ok"}
+            return ApiError(503, "The server is compiling its models; retry shortly.", {"Retry-After": "5"})
+        return None
 
     async def translate(self, request: TranslateRequest) -> dict:
         """LibreTranslate's answer to `request`.
@@ -111,10 +141,10 @@ class TranslationService:
         Raises:
             ApiError: 400 for an unknown language or an untranslatable text,
                 429 when the model's queue is full, 503 while warming up or
-                shutting down, 504 past the deadline.
+                shutting down, 500 after a failed warm-up, 504 past the deadline.
         """
-        if not self.ready:
-            raise ApiError(503, "The server is warming up; retry shortly.", {"Retry-After": "5"})
+        if (unavailable := self._unavailable()) is not None:
+            raise unavailable
         try:
             route = self.router.route(request.source, request.target)
         except RoutingError as error:
@@ -137,6 +167,9 @@ class TranslationService:
             raise ApiError(
                 504, f"The translation took longer than the server's {self.settings.timeout_s:g} s deadline."
             ) from None
+        except asyncio.CancelledError:  # the server is cutting its open requests: not decoded for nobody
+            batcher.cancel(future)
+            raise
         texts = join_segments(len(request.texts), segments, translations)
         answer = {"translatedText": texts[0] if request.single else texts}
         if request.source == "auto":

@@ -9,6 +9,12 @@ concurrent requests are decoded in shared batches; the server answers
 unless --host says otherwise. Needs the serve extra: pip install
 "keras-transformer[serve]".
 
+SIGTERM or SIGINT (Ctrl+C), at any point, stops it: it takes no new
+requests, answers those it holds (for at most --drain-timeout seconds) and
+exits 0. A second signal ends it at once, with the shell's code for that
+signal (143 for SIGTERM, 130 for SIGINT). It exits 1, with one line on
+stderr, when it cannot start, e.g. when its port is in use.
+
 Examples:
     keras-transformer serve multi30k_en_de
     keras-transformer serve multi30k_en_de multi30k_en_fr --port 5000 --greedy
@@ -18,12 +24,20 @@ Examples:
 """
 
 import argparse
+import contextlib
+import errno
 import logging
+import os
 import signal
+import socket
 import sys
 
+from keras_transformer.cli import startup
 from keras_transformer.cli.search_options import add_search_arguments, search_settings
 from keras_transformer.generation.precision import PRECISIONS
+from keras_transformer.utils.errors import UserError
+
+logger = logging.getLogger("keras_transformer.server")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +66,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     load.add_argument("--timeout", type=float, default=30.0, help="each request's deadline in seconds (default 30)")
     load.add_argument(
+        "--body-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a request's body may take to arrive before 408 (default 10)",
+    )
+    load.add_argument(
+        "--drain-timeout",
+        type=float,
+        help="seconds the requests in flight get after SIGTERM before they are cut off "
+        "(default: --body-timeout plus --timeout, the longest a request takes)",
+    )
+    load.add_argument(
         "--char-limit", type=int, default=5000, help="characters per request, -1 for none (default %(default)s)"
     )
     load.add_argument(
@@ -66,19 +92,30 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from keras_transformer.server import Limits, ServiceSettings, build_app, load_served_models
-    from keras_transformer.utils.errors import UserError
 
+    stop = _StopOnSignal()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     for name in ("max_batch_size", "max_batch_tokens", "max_queue", "max_body_bytes"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1; got {getattr(args, name)}.")
+    for name in ("timeout", "body_timeout", "drain_timeout"):
+        if (seconds := getattr(args, name)) is not None and seconds <= 0:
+            raise UserError(f"--{name.replace('_', '-')} must be a positive number of seconds; got {seconds}.")
+    # Bound before the models load: a port in use is said in one line at once, not after loading.
+    listener = _bound_socket(args.host, args.port)
     limits = Limits(
         char_limit=None if args.char_limit < 0 else args.char_limit,
         batch_limit=None if args.batch_limit < 0 else args.batch_limit,
         max_body_bytes=args.max_body_bytes,
         api_keys=_read_keys(args.api_keys) if args.api_keys else frozenset(),
     )
-    settings = ServiceSettings(limits, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, timeout_s=args.timeout)
+    settings = ServiceSettings(
+        limits,
+        max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue,
+        timeout_s=args.timeout,
+        body_timeout_s=args.body_timeout,
+    )
     models = load_served_models(
         args.presets,
         precision=args.precision,
@@ -88,18 +125,78 @@ def run(args: argparse.Namespace) -> int:
         max_source_bucket=args.max_source_tokens,
     )
     app = build_app(models, settings, warm_up=not args.no_warm_up)
-    # uvicorn re-raises SIGTERM once it has shut down; ignoring that second
-    # one lets a drained server exit 0, as service managers expect.
-    signal.signal(signal.SIGTERM, lambda *_: None)
-    # No graceful-shutdown timeout: on SIGTERM uvicorn stops accepting and
-    # answers every request it holds before the app's batchers stop.
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info", timeout_graceful_shutdown=None)
+    drain = args.drain_timeout if args.drain_timeout is not None else args.body_timeout + args.timeout
+    server = _server(uvicorn.Config(app, log_level="info", timeout_graceful_shutdown=drain))
+    stop.server = server
+    logger.info("Listening on http://%s:%d (Ctrl+C or SIGTERM to stop)", *listener.getsockname()[:2])
+    server.run(sockets=[listener])
     return 0
 
 
-def _read_keys(path: str) -> frozenset:
-    from keras_transformer.utils.errors import UserError
+class _StopOnSignal:
+    """SIGTERM and SIGINT as a service manager and a terminal expect.
 
+    Before the server runs (models loading) there is nothing to answer: exit
+    0 at once. Once it runs, the first signal drains it (uvicorn stops
+    accepting, answers the requests it holds within `timeout_graceful_shutdown`,
+    then the app's batchers stop) and `run` returns 0; a second one exits at
+    once with 128 + the signal's number, the shell's convention for a process
+    a signal ended. uvicorn's own handling is not used: it ignores a second
+    SIGTERM, and re-raises the signal after its shutdown.
+    """
+
+    def __init__(self):
+        self.server = None
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, self._handle)
+
+    def _handle(self, number: int, frame) -> None:
+        if self.server is None:
+            _exit_now(0)
+        if self.server.should_exit:
+            logger.warning("Stopped at once by a second signal; requests still open were cut off.")
+            _exit_now(128 + number)
+        logger.info("Stopping: no new requests; those in flight are answered first (a second signal stops at once).")
+        self.server.should_exit = True
+
+
+def _exit_now(code: int) -> None:
+    """Ends the process without Python's finalization: a warm-up may still be
+    compiling in its thread, which finalization would tear down mid-call."""
+    startup.exit_at_once(code)
+    os._exit(code)  # exit_at_once returns only when the output cannot be flushed
+
+
+def _server(config):
+    """uvicorn's server, leaving the signals to `_StopOnSignal`."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def capture_signals(self):
+            return contextlib.nullcontext()
+
+    return Server(config)
+
+
+def _bound_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to `host:port` for uvicorn to listen on.
+
+    uvicorn's own binding fails only after the app started, and then ends
+    the process with exit 3 while the warm-up runs.
+    """
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart may rebind at once
+    try:
+        listener.bind((host, port))
+    except OSError as error:
+        listener.close()
+        reason = (error.strerror or str(error)).lower()
+        advice = "; stop what uses it or choose another --port" if error.errno == errno.EADDRINUSE else ""
+        raise UserError(f"cannot listen on {host}:{port}: {reason}{advice}.") from None
+    return listener
+
+
+def _read_keys(path: str) -> frozenset:
     with open(path, encoding="utf-8") as file:
         keys = frozenset(line.strip() for line in file if line.strip() and not line.startswith("#"))
     if not keys:
