@@ -41,7 +41,8 @@ sentence or two:
   again afterwards.
 - `translate` ends without Python's finalization, which would collect
   TensorFlow's objects once more for nothing (`exit_at_once`): exit
-  handlers run and the output is flushed, then the process ends.
+  handlers run and the output is flushed, then the process ends. `serve`
+  ends so too: its warm-up thread may still be compiling.
 
 Used as a library, the package changes nothing of this.
 """
