@@ -67,7 +67,7 @@ def build_parser(commands: dict) -> argparse.ArgumentParser:
     backend.add_argument(
         "--backend",
         choices=startup.BACKENDS,
-        help="Keras' backend (default: KERAS_BACKEND, else tensorflow)",
+        help="Keras' backend (default: KERAS_BACKEND, else tensorflow; serve: else jax where installed)",
     )
     parser = argparse.ArgumentParser(
         prog="keras-transformer",

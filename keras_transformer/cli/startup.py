@@ -51,6 +51,7 @@ import atexit
 import contextlib
 import gc
 import importlib.metadata
+import importlib.util
 import io
 import json
 import logging
@@ -128,6 +129,10 @@ def prepare(argv: list[str]) -> None:
     `--backend` is left for the argument parser to report.
     """
     backend = "tensorflow" if command_of(argv) == "export" else option_value(argv, "--backend")
+    if backend is None and command_of(argv) == "serve" and not os.environ.get("KERAS_BACKEND"):
+        # The server's compiled programs take a fifth of TensorFlow's memory on
+        # JAX (keras_transformer.server.programs); the serve extra installs it.
+        backend = "jax" if importlib.util.find_spec("jax") is not None else None
     if backend in BACKENDS:
         os.environ["KERAS_BACKEND"] = backend
     use_compile_cache()

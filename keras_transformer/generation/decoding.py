@@ -183,6 +183,20 @@ def _with_prefix(step: Callable, prefix, forced, beams: int) -> Callable:
     return prefixed_step
 
 
+def search_of(
+    backbone: TransformerBackbone, settings: SearchSettings, with_completion: bool = False
+) -> Callable[[dict], dict]:
+    """`search_step` of `backbone` with `settings`: a function of the inputs alone."""
+    return partial(
+        search_step,
+        backbone,
+        beam_size=settings.beam_size,
+        alpha=settings.alpha,
+        max_extra_length=settings.max_extra_length,
+        with_completion=with_completion,
+    )
+
+
 def compiled_search(
     model: keras.Model, jit_compile: bool, settings: SearchSettings, with_completion: bool = False
 ) -> Callable[[dict], dict]:
@@ -197,14 +211,7 @@ def compiled_search(
         settings: the beam size, length penalty and output limit.
         with_completion: see `search_step`.
     """
-    function = partial(
-        search_step,
-        model.backbone,
-        beam_size=settings.beam_size,
-        alpha=settings.alpha,
-        max_extra_length=settings.max_extra_length,
-        with_completion=with_completion,
-    )
+    function = search_of(model.backbone, settings, with_completion)
     backend = keras.config.backend()
     if backend == "torch":
         import torch
@@ -230,17 +237,26 @@ def compiled_search(
         # of every function the trace enters, only slows the first call.
         return tf.function(function, jit_compile=jit_compile, autograph=False)
     if backend == "jax":
-        import jax
-
-        variables = model.variables
-
-        @jax.jit
-        def stateless(values, inputs):
-            with keras.StatelessScope(state_mapping=list(zip(variables, values))):
-                return function(inputs)
-
-        return lambda inputs: stateless([v.value for v in variables], inputs)
+        stateless = jax_stateless_search(model, function)
+        return lambda inputs: stateless([v.value for v in model.variables], inputs)
     return function
+
+
+def jax_stateless_search(model: keras.Model, function: Callable[[dict], dict]):
+    """`function(inputs)` as a `jax.jit` function of `(values, inputs)`,
+    `values` being `model.variables`' values in order: JAX compiles pure
+    functions, so the weights are arguments rather than captured state (and
+    `.lower(values, inputs).compile()` compiles it ahead of time)."""
+    import jax
+
+    variables = model.variables
+
+    @jax.jit
+    def stateless(values, inputs):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            return function(inputs)
+
+    return stateless
 
 
 def _torch_compiled(body: Callable) -> Callable:

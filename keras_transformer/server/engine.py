@@ -2,21 +2,30 @@
 
 A compiled search is specialised to its input shape, and compiling one takes
 far longer than decoding a batch. So the server decodes only a fixed set of
-shapes, all compiled before it reports ready (`warm_up`):
+shapes, each compiled once (`keras_transformer.server.programs`):
 
 - source widths in `length_buckets` (multiples of `LENGTH_BUCKET`, the width
   `translate` pads to, up to `max_source_bucket`); a longer text is cut into sentences
   that fit, as `translate(too_long="split")` cuts;
-- batch sizes in `batch_sizes` (powers of two up to `max_batch_size`, fewer
-  rows for wide buckets so that no batch holds more than `max_batch_tokens`
-  source positions); a batch is filled up to the next of these with copies of
+- batch sizes in `batch_sizes` (1, 4, 16, ... up to `max_batch_size`: each
+  size a compiled program more per width, so few of them; fewer rows for
+  wide buckets so that no batch holds more than `max_batch_tokens` source
+  positions); a batch is filled up to the next compiled size with copies of
   its longest row, as `translate` fills its last batch.
+
+`warm_up` compiles one batch size per width, enough to translate anything, and
+`warm_up_later` the larger sizes, which the server compiles after it reports
+ready. Once warming up has begun, batches are only of compiled sizes: no
+request waits for a compiler.
 
 Example:
 >>> import keras_transformer as kt
 >>> engine = ModelEngine(kt.Transformer.from_preset("multi30k_en_de"), max_batch_size=8, max_source_bucket=32)
 >>> engine.length_buckets, engine.batch_sizes
-((16, 32), (1, 2, 4, 8))
+((16, 32), (1, 4, 8))
+>>> engine.warm_up()
+>>> engine.rows_per_batch(16)  # the larger sizes are not compiled yet
+1
 >>> segments = engine.segments(["Two dogs play in the snow."])
 >>> engine.translate_rows([ids for _, ids in segments])
 ['Zwei Hunde spielen im Schnee.']
@@ -24,11 +33,11 @@ Example:
 
 from collections.abc import Callable
 
-import numpy as np
-
 from keras_transformer.generation.settings import LENGTH_BUCKET, SearchSettings, bucketed
 from keras_transformer.generation.translation import source_segments
 from keras_transformer.models.transformer_preprocessor import SOURCE_SPECIAL_ROOM
+from keras_transformer.server.programs import SearchPrograms
+from keras_transformer.utils.memory import release_freed_memory
 
 
 class ModelEngine:
@@ -71,8 +80,10 @@ class ModelEngine:
                 f"max_source_bucket={max_source_bucket} leaves no source width: give at least {LENGTH_BUCKET}."
             )
         self.max_batch_tokens = max_batch_tokens
-        self.batch_sizes = tuple(size for size in _powers_of_two(max_batch_size))
+        self.batch_sizes = _powers_of_four(max_batch_size)
         self.max_sentence_tokens = self.length_buckets[-1] - SOURCE_SPECIAL_ROOM
+        self.programs = SearchPrograms(model, self.search)
+        self._compiled_sizes_only = False  # set by warm_up: from then on no batch waits for a compiler
 
     def target_languages(self) -> list[str]:
         """The ISO 639-3 names of a multilingual model's `>>xxx<<` tokens (none for others)."""
@@ -87,41 +98,64 @@ class ModelEngine:
         return bucketed(len(row) + SOURCE_SPECIAL_ROOM)
 
     def rows_per_batch(self, bucket: int) -> int:
-        """The most sentences of `bucket`'s width decoded together."""
-        fitting = [size for size in self.batch_sizes if size * bucket <= self.max_batch_tokens]
+        """The most sentences of `bucket`'s width decoded together (once
+        warming up has begun, the largest size compiled so far)."""
+        fitting = [size for size in self._sizes(bucket) if size * bucket <= self.max_batch_tokens]
         return fitting[-1] if fitting else 1
 
+    def _sizes(self, bucket: int) -> list[int]:
+        return self.programs.compiled(bucket) if self._compiled_sizes_only else list(self.batch_sizes)
+
     def shapes(self) -> list[tuple[int, int]]:
-        """Every `(batch size, source width)` the server decodes."""
+        """Every `(batch size, source width)` the server decodes, smallest batches first."""
         return [
             (size, bucket)
-            for bucket in self.length_buckets
             for size in self.batch_sizes
-            if size <= self.rows_per_batch(bucket)
+            for bucket in self.length_buckets
+            if size == 1 or size * bucket <= self.max_batch_tokens
         ]
 
     def translate_rows(self, rows: list[list[int]]) -> list[str]:
-        """Translations of sentences of one bucket, at most `rows_per_batch` of them."""
-        size = next(size for size in self.batch_sizes if size >= len(rows))
+        """Translations of sentences of one bucket (the batcher gives at most
+        `rows_per_batch`; more are decoded in batches of that many)."""
         longest = max(rows, key=len)
+        sizes = self._sizes(self.bucket_of(longest))
+        if len(rows) > sizes[-1]:
+            return [
+                text
+                for start in range(0, len(rows), sizes[-1])
+                for text in self.translate_rows(rows[start : start + sizes[-1]])
+            ]
+        size = next(size for size in sizes if size >= len(rows))
         packed = self.model.preprocessor.pack_sources(rows + [longest] * (size - len(rows)))
-        return self.model.generate(packed, search=self.search)[: len(rows)]
+        translations = self.model.preprocessor.generate_postprocess(self.programs.run(packed))
+        return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in translations][: len(rows)]
 
     def warm_up(self, on_shape: Callable[[int, int], None] | None = None) -> None:
-        """Compiles the search of every shape in `shapes()` (calling
-        `on_shape(done, total)` after each), so that no request waits on a compiler."""
-        shapes = self.shapes()
+        """Compiles batches of one sentence at every width: from then on the
+        engine translates anything without compiling (calling
+        `on_shape(done, total)` after each shape)."""
+        self._compiled_sizes_only = True
+        self._compile([(1, bucket) for bucket in self.length_buckets], on_shape)
+
+    def warm_up_later(self, on_shape: Callable[[int, int], None] | None = None, stop=None) -> None:
+        """Compiles the larger batch sizes, smallest first, each used as soon as
+        it is compiled; `stop` (a `threading.Event`) ends it between shapes."""
+        self._compile([shape for shape in self.shapes() if shape[0] > 1], on_shape, stop)
+
+    def _compile(self, shapes, on_shape, stop=None) -> None:
         for done, (size, bucket) in enumerate(shapes, 1):
-            token_ids = np.ones((size, bucket), "int32")
-            self.model.compile_searches(
-                {"encoder_token_ids": token_ids, "encoder_padding_mask": np.ones_like(token_ids, bool)},
-                search=self.search,
-            )
+            if stop is not None and stop.is_set():
+                return
+            self.programs.compile(size, bucket)
+            release_freed_memory()  # the compiler's scratch memory, freed but kept by the C library
             if on_shape is not None:
                 on_shape(done, len(shapes))
 
 
-def _powers_of_two(limit: int) -> list[int]:
-    """1, 2, 4, ... up to `limit`, and `limit` itself."""
-    sizes = [1 << power for power in range(limit.bit_length()) if 1 << power < limit]
-    return sizes + [limit]
+def _powers_of_four(limit: int) -> tuple[int, ...]:
+    """1, 4, 16, ... below `limit`, and `limit` itself."""
+    sizes = [1]
+    while sizes[-1] * 4 < limit:
+        sizes.append(sizes[-1] * 4)
+    return tuple(sizes + [limit]) if limit > 1 else (1,)

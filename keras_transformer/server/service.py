@@ -78,8 +78,10 @@ class TranslationService:
         return self._ready.is_set()
 
     def start(self, warm_up: bool = True) -> None:
-        """Compiles every model's batch shapes (unless `warm_up` is false), then takes requests;
-        gives up between models once `stop()` was called."""
+        """Compiles what every model needs to translate anything (unless
+        `warm_up` is false), takes requests, then compiles the larger batch
+        sizes, each used as soon as it is ready; gives up between models (and
+        between larger shapes) once `stop()` was called."""
         try:
             for model in self.models:
                 if self._stopped.is_set():
@@ -87,13 +89,27 @@ class TranslationService:
                 if warm_up:
                     started = time.monotonic()
                     model.engine.warm_up(lambda done, total, name=model.name: _log_progress(name, done, total))
-                    logger.info("%s: warm in %.1f s", model.name, time.monotonic() - started)
+                    logger.info("%s: ready in %.1f s", model.name, time.monotonic() - started)
                 model.batcher.start()
         except BaseException as error:  # /health reports it; the server does not pretend to be ready
             self.warm_up_error = error
             logger.exception("Warming up failed")
             raise
         self._ready.set()
+        if warm_up:
+            self._warm_up_later()
+
+    def _warm_up_later(self) -> None:
+        for model in self.models:
+            if self._stopped.is_set():
+                return
+            try:
+                model.engine.warm_up_later(
+                    lambda done, total, name=model.name: _log_progress(name, done, total, "larger batch"),
+                    stop=self._stopped,
+                )
+            except Exception:  # the model goes on with the batch sizes it has
+                logger.exception("%s: compiling larger batches failed", model.name)
 
     def start_in_background(self) -> threading.Thread:
         """`start()` in a thread of its own, so that the port answers (503) while the models compile."""
@@ -111,7 +127,7 @@ class TranslationService:
             self.start()
 
     def stop(self) -> None:
-        """Answers everything queued, then stops the batchers (and a warm-up, after its current model)."""
+        """Answers everything queued, then stops the batchers (and a warm-up, after its current shape)."""
         self._stopped.set()
         for model in self.models:
             model.batcher.stop()
@@ -179,6 +195,6 @@ class TranslationService:
         return answer
 
 
-def _log_progress(name: str, done: int, total: int) -> None:
+def _log_progress(name: str, done: int, total: int, kind: str = "batch") -> None:
     if done == total or done % max(1, total // 10) == 0:
-        logger.info("%s: compiled %d of %d batch shapes", name, done, total)
+        logger.info("%s: compiled %d of %d %s shapes", name, done, total, kind)

@@ -1,0 +1,92 @@
+"""The server's searches: one compiled program per batch shape, compiled once and kept.
+
+The server decodes a fixed set of `(batch size, source width)` shapes
+(`ModelEngine.shapes`), so it compiles each search once, with the full output
+buffer (source + `max_extra_length`), and keeps only what runs. On JAX the
+program is compiled ahead of time (`jax.jit(...).lower(...).compile()`): only
+the executable stays in memory, where `jax.jit`'s call path also keeps each
+shape's trace and lowered module (`benchmarks/RESULTS-serving.md` has the
+memory of both). On TensorFlow it is the XLA-compiled `tf.function` of
+`Transformer.generate`'s search, on torch the eager search.
+
+Example:
+>>> import keras_transformer as kt
+>>> model = kt.Transformer.from_preset("multi30k_en_de")
+>>> programs = SearchPrograms(model, model.default_search)
+>>> programs.compile(1, 16)
+>>> programs.compiled(16)
+[1]
+>>> token_ids = model.preprocessor.pack_sources([[67, 1143, 5]])  # one sentence's ids
+>>> sorted(programs.run(token_ids))
+['decoder_padding_mask', 'decoder_token_ids']
+"""
+
+import threading
+
+import keras
+import numpy as np
+
+from keras_transformer.generation.decoding import compiled_search, jax_stateless_search, resolve_jit_compile, search_of
+from keras_transformer.generation.settings import SearchSettings
+
+
+class SearchPrograms:
+    """The compiled searches of one model and search, by `(batch size, source width)`.
+
+    Args:
+        model: a `Transformer`.
+        search: the `SearchSettings` every program decodes with.
+    """
+
+    def __init__(self, model, search: SearchSettings):
+        self.model = model
+        self.search = search
+        self._programs: dict[tuple[int, int], object] = {}
+        self._lock = threading.Lock()  # one compilation at a time: warm-up and a first request may meet
+        if keras.config.backend() == "jax":
+            self._stateless = jax_stateless_search(model, search_of(model.backbone, search))
+        else:
+            self._function = compiled_search(model, resolve_jit_compile(), search)
+
+    def compiled(self, width: int) -> list[int]:
+        """The batch sizes compiled for sources of `width` positions, smallest first."""
+        return sorted(size for size, compiled_width in self._programs if compiled_width == width)
+
+    def compile(self, size: int, width: int) -> None:
+        """Compiles the search of batches of `size` sources of `width` positions (once)."""
+        with self._lock:
+            if (size, width) in self._programs:
+                return
+            token_ids = np.ones((size, width), "int32")
+            inputs = self._inputs({"encoder_token_ids": token_ids, "encoder_padding_mask": token_ids.astype(bool)})
+            if keras.config.backend() == "jax":
+                program = self._stateless.lower(self._values(), inputs).compile()
+            else:
+                program = self._function
+                program(inputs)  # TensorFlow compiles a shape at its first call
+            self._programs[(size, width)] = program
+
+    def run(self, token_ids: dict) -> dict:
+        """Searches one batch of `{"encoder_token_ids", "encoder_padding_mask"}`;
+        its shape is compiled first if it was not.
+
+        Returns:
+            `{"decoder_token_ids", "decoder_padding_mask"}` NumPy arrays.
+        """
+        size, width = token_ids["encoder_token_ids"].shape
+        self.compile(size, width)
+        program, inputs = self._programs[(size, width)], self._inputs(token_ids)
+        outputs = program(self._values(), inputs) if keras.config.backend() == "jax" else program(inputs)
+        return {name: keras.ops.convert_to_numpy(value) for name, value in outputs.items()}
+
+    def _inputs(self, token_ids: dict) -> dict:
+        size, width = token_ids["encoder_token_ids"].shape
+        buffer = np.zeros((size, width + self.search.max_extra_length), "int32")
+        return {
+            "encoder_token_ids": np.asarray(token_ids["encoder_token_ids"], "int32"),
+            "encoder_padding_mask": np.asarray(token_ids["encoder_padding_mask"], bool),
+            "decoder_token_ids": buffer,
+        }
+
+    def _values(self) -> list:
+        return [variable.value for variable in self.model.variables]

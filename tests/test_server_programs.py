@@ -1,0 +1,59 @@
+"""The server's compiled searches (`server.programs`) and when its engine compiles them.
+
+A server compiles one program per batch shape, each once, and after warming
+up decodes only shapes it has compiled: these tests hold it to the
+translations of `Transformer.generate`, on the backend under test.
+"""
+
+import threading
+
+import pytest
+
+pytest.importorskip("starlette", reason="the server's tests need the serve extra: pip install '.[serve]'")
+
+from helpers import PAIRS  # noqa: E402
+from keras_transformer.generation.settings import SearchSettings  # noqa: E402
+from keras_transformer.server import ModelEngine  # noqa: E402
+from keras_transformer.server.programs import SearchPrograms  # noqa: E402
+
+SOURCES = [source for source, _ in PAIRS]
+
+
+@pytest.mark.parametrize(
+    "search", [SearchSettings(beam_size=None), SearchSettings(beam_size=2)], ids=["greedy", "beam"]
+)
+def test_a_program_translates_as_generate_does(trained_model, search):
+    rows = [ids for _, ids in ModelEngine(trained_model).segments(SOURCES[:3])]
+    token_ids = trained_model.preprocessor.pack_sources(rows)
+    programs = SearchPrograms(trained_model, search)
+    found = [str(text) for text in trained_model.preprocessor.generate_postprocess(programs.run(token_ids))]
+    assert found == trained_model.generate(token_ids, search=search)
+    assert programs.compiled(token_ids["encoder_token_ids"].shape[1]) == [3]
+
+
+def test_after_warm_up_no_batch_waits_for_a_compiler(trained_model):
+    engine = ModelEngine(trained_model, search=SearchSettings(beam_size=None), max_batch_size=8, max_source_bucket=32)
+    assert engine.batch_sizes == (1, 4, 8)
+    engine.warm_up()
+    assert [engine.programs.compiled(width) for width in engine.length_buckets] == [[1], [1]]
+    assert engine.rows_per_batch(16) == 1  # what the batcher takes: only compiled sizes
+    rows = [ids for _, ids in engine.segments(SOURCES[:3])]
+    assert engine.translate_rows(rows) == trained_model.translate(SOURCES[:3], search=engine.search)
+    assert [engine.programs.compiled(width) for width in engine.length_buckets] == [[1], [1]]  # nothing new
+
+    engine.warm_up_later()
+    assert engine.rows_per_batch(16) == 8 and engine.programs.compiled(32) == [1, 4, 8]
+    assert engine.translate_rows(rows) == trained_model.translate(SOURCES[:3], search=engine.search)
+
+
+def test_compiling_later_stops_between_shapes(trained_model):
+    engine = ModelEngine(trained_model, search=SearchSettings(beam_size=None), max_batch_size=16, max_source_bucket=16)
+    engine.warm_up()
+    stop, seen = threading.Event(), []
+
+    def on_shape(done, total):
+        seen.append((done, total))
+        stop.set()
+
+    engine.warm_up_later(on_shape, stop=stop)
+    assert seen == [(1, 2)] and engine.programs.compiled(16) == [1, 4]
