@@ -11,12 +11,16 @@ import pytest
 
 pytest.importorskip("starlette", reason="the server's tests need the serve extra: pip install '.[serve]'")
 
+import keras  # noqa: E402
+
 from helpers import PAIRS  # noqa: E402
 from keras_transformer.generation.settings import SearchSettings  # noqa: E402
 from keras_transformer.server import ModelEngine  # noqa: E402
+from keras_transformer.server import programs as programs_module  # noqa: E402
 from keras_transformer.server.programs import SearchPrograms  # noqa: E402
 
 SOURCES = [source for source, _ in PAIRS]
+GREEDY = SearchSettings(beam_size=None)
 
 
 @pytest.mark.parametrize(
@@ -35,14 +39,14 @@ def test_after_warm_up_no_batch_waits_for_a_compiler(trained_model):
     engine = ModelEngine(trained_model, search=SearchSettings(beam_size=None), max_batch_size=8, max_source_bucket=32)
     assert engine.batch_sizes == (1, 4, 8)
     engine.warm_up()
-    assert [engine.programs.compiled(width) for width in engine.length_buckets] == [[1], [1]]
+    assert [engine.programs.compiled(width) for width in engine.length_buckets] == [[1]] * len(engine.length_buckets)
     assert engine.rows_per_batch(16) == 1  # what the batcher takes: only compiled sizes
     rows = [ids for _, ids in engine.segments(SOURCES[:3])]
     assert engine.translate_rows(rows) == trained_model.translate(SOURCES[:3], search=engine.search)
-    assert [engine.programs.compiled(width) for width in engine.length_buckets] == [[1], [1]]  # nothing new
+    assert [engine.programs.compiled(width) for width in engine.length_buckets] == [[1]] * len(engine.length_buckets)
 
     engine.warm_up_later()
-    assert engine.rows_per_batch(16) == 8 and engine.programs.compiled(32) == [1, 4, 8]
+    assert engine.rows_per_batch(16) == 8 and engine.programs.compiled(16) == [1, 4, 8]
     assert engine.translate_rows(rows) == trained_model.translate(SOURCES[:3], search=engine.search)
 
 
@@ -57,3 +61,19 @@ def test_compiling_later_stops_between_shapes(trained_model):
 
     engine.warm_up_later(on_shape, stop=stop)
     assert seen == [(1, 2)] and engine.programs.compiled(16) == [1, 4]
+
+
+def test_models_of_the_same_dimensions_share_one_program_on_jax(trained_model, tiny_model):
+    if keras.config.backend() != "jax":
+        pytest.skip("programs are shared by JAX's ahead-of-time executables only")
+    before = len(programs_module._EXECUTABLES)
+    engines = [
+        ModelEngine(model, search=GREEDY, max_batch_size=1, max_source_bucket=16)
+        for model in (trained_model, tiny_model)
+    ]
+    for engine in engines:
+        engine.warm_up()
+    assert len(programs_module._EXECUTABLES) - before <= 1  # none where another test compiled it already
+    for engine in engines:  # each with its own weights
+        rows = [ids for _, ids in engine.segments(SOURCES[:1])]
+        assert engine.translate_rows(rows) == engine.model.translate(SOURCES[:1], search=GREEDY)

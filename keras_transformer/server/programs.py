@@ -5,9 +5,10 @@ The server decodes a fixed set of `(batch size, source width)` shapes
 buffer (source + `max_extra_length`), and keeps only what runs. On JAX the
 program is compiled ahead of time (`jax.jit(...).lower(...).compile()`): only
 the executable stays in memory, where `jax.jit`'s call path also keeps each
-shape's trace and lowered module (`benchmarks/RESULTS-serving.md` has the
-memory of both). On TensorFlow it is the XLA-compiled `tf.function` of
-`Transformer.generate`'s search, on torch the eager search.
+shape's trace and lowered module. The weights are the program's arguments,
+so models of the same dimensions lower to the same program, and share one
+executable in a process. On TensorFlow it is the XLA-compiled `tf.function`
+of `Transformer.generate`'s search, on torch the eager search.
 
 Example:
 >>> import keras_transformer as kt
@@ -21,6 +22,7 @@ Example:
 ['decoder_padding_mask', 'decoder_token_ids']
 """
 
+import hashlib
 import threading
 
 import keras
@@ -60,7 +62,7 @@ class SearchPrograms:
             token_ids = np.ones((size, width), "int32")
             inputs = self._inputs({"encoder_token_ids": token_ids, "encoder_padding_mask": token_ids.astype(bool)})
             if keras.config.backend() == "jax":
-                program = self._stateless.lower(self._values(), inputs).compile()
+                program = _shared_executable(self._stateless.lower(self._values(), inputs))
             else:
                 program = self._function
                 program(inputs)  # TensorFlow compiles a shape at its first call
@@ -90,3 +92,18 @@ class SearchPrograms:
 
     def _values(self) -> list:
         return [variable.value for variable in self.model.variables]
+
+
+_EXECUTABLES: dict[str, object] = {}  # by the text of the lowered program
+_EXECUTABLES_LOCK = threading.Lock()
+
+
+def _shared_executable(lowered):
+    """The executable of a lowered JAX program: compiled once per process for
+    each distinct program text (debug locations left out, so the names of
+    the model's layers do not count)."""
+    key = hashlib.sha256(lowered.as_text(debug_info=False).encode()).hexdigest()
+    with _EXECUTABLES_LOCK:
+        if key not in _EXECUTABLES:
+            _EXECUTABLES[key] = lowered.compile()
+        return _EXECUTABLES[key]
