@@ -406,6 +406,7 @@ def _decoding(context: dict) -> str:
         return (
             f"{search}, each server with its own length penalty (`serve`: alpha 0.6; LibreTranslate: 0.2), "
             "each sentence decoded until the model ends it"
+            + (f"; `serve` with `{context['serve_args']}`" if context.get("serve_args") else "")
         )
     return (
         f"every sentence decodes to exactly {context['new_tokens']} tokens (translations of random weights are "
@@ -607,6 +608,11 @@ def build_parser(description: str = __doc__.splitlines()[0]) -> argparse.Argumen
         "--models", type=int, default=1, help="also start `serve` with this many copies: memory per model"
     )
     shipped.add_argument(
+        "--serve-args",
+        default="",
+        help='more options of `keras-transformer serve`, one string (e.g. "--max-source-tokens 16")',
+    )
+    shipped.add_argument(
         "--libretranslate-venv",
         type=Path,
         default=Path(os.environ.get("LIBRETRANSLATE_VENV", BENCHMARKS / ".work" / "libretranslate-venv")),
@@ -644,7 +650,7 @@ def prepare_weights(args) -> dict:
     or the preset (and LibreTranslate's package of it) for the servers as shipped."""
     args.workdir.mkdir(parents=True, exist_ok=True)
     if args.shipped:
-        weights = {"preset": preset_of(args.size), "beam_size": args.beam_size}
+        weights = {"preset": preset_of(args.size), "beam_size": args.beam_size, "serve_args": args.serve_args}
         if any(spec["kind"] == "libretranslate" for spec in args.specs):
             home = args.workdir / "libretranslate"
             build_package(weights["preset"], home, args.libretranslate_venv)
@@ -702,6 +708,7 @@ def main(argv=None) -> None:
         "shipped": args.shipped,
         "preset": weights.get("preset"),
         "beam_size": args.beam_size,
+        "serve_args": args.serve_args,
     }
     results = []
     for spec in args.specs:

@@ -17,6 +17,7 @@ is compiled. Resident memory is that of the whole process tree.
 
 from __future__ import annotations
 
+import shlex
 import signal
 import subprocess
 import sys
@@ -78,20 +79,20 @@ def tree_resident_bytes(pid: int) -> int | None:
     return sum(s for s in sizes if s) or None
 
 
-def serve_command(spec: dict, preset: str, port: int, models: int, beam_size: int) -> list[str]:
-    """`keras-transformer serve` of `models` copies of `preset`, the first for en -> de.
+def serve_command(spec: dict, preset: str, port: int, models: int, beam_size: int, more: str = "") -> list[str]:
+    """`keras-transformer serve` of `models` copies of `preset`, the first for en -> de, and `more` options.
 
     Example:
     >>> spec = parse_shipped("serve-jax-int8")
-    >>> " ".join(serve_command(spec, "multi30k_en_de", 5001, 2, 1)[4:])
-    'multi30k_en_de=en:de multi30k_en_de=fr:it --port 5001 --backend jax --precision int8 --greedy'
+    >>> " ".join(serve_command(spec, "multi30k_en_de", 5001, 2, 1, "--max-wait-ms 2")[4:])
+    'multi30k_en_de=en:de multi30k_en_de=fr:it --port 5001 --backend jax --precision int8 --greedy --max-wait-ms 2'
     """
     if models > 1 + len(COPY_PAIRS):
         raise ValueError(f"at most {1 + len(COPY_PAIRS)} copies of the model; got {models}.")
     pairs = [(SOURCE, TARGET), *COPY_PAIRS[: models - 1]]
     command = [sys.executable, "-m", "keras_transformer.cli", "serve", *(f"{preset}={s}:{t}" for s, t in pairs)]
     command += ["--port", str(port), "--backend", spec["backend"], "--precision", spec["precision"]]
-    return command + (["--greedy"] if beam_size == 1 else ["--beam-size", str(beam_size)])
+    return command + (["--greedy"] if beam_size == 1 else ["--beam-size", str(beam_size)]) + shlex.split(more)
 
 
 class ShippedServer:
@@ -108,7 +109,9 @@ class ShippedServer:
             command = lt.command(venv, self.port, SOURCE, TARGET)
             env = {**env, **lt.environment(home, spec["threads"], spec["beam_size"])}
         else:
-            command = serve_command(spec, spec["preset"], self.port, models, spec["beam_size"])
+            command = serve_command(
+                spec, spec["preset"], self.port, models, spec["beam_size"], spec.get("serve_args", "")
+            )
             env = {**env, "KERAS_BACKEND": spec["backend"]}
         pin = ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
         self.rss_before_model = None

@@ -2,6 +2,7 @@
 their names, commands, memory bookkeeping, report and verdicts. The measurements themselves are benchmarks."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -155,3 +156,35 @@ def test_libretranslate_stays_offline_and_inside_its_home(tmp_path):
     (tmp_path / "venv" / "bin" / "libretranslate").touch()
     command = libretranslate.command(tmp_path / "venv", 5003)
     assert command[1:] == ["--host", "127.0.0.1", "--port", "5003", "--load-only", "en,de"]
+
+
+@pytest.mark.slow
+def test_the_real_libretranslate_translates_as_this_project_does(tmp_path):
+    venv = Path(serving.parse_args(["--implementations", "libretranslate"]).libretranslate_venv)
+    if not (venv / "bin" / "libretranslate").exists():
+        pytest.skip(f"LibreTranslate is not installed in {venv} (set LIBRETRANSLATE_VENV)")
+    import keras_transformer as kt
+    from benchmarks.run import thread_environment
+
+    home = tmp_path / "home"
+    libretranslate.build_package("multi30k_en_de", home, venv)
+    spec = {
+        **serving_shipped.parse_shipped("libretranslate"),
+        "libretranslate_home": str(home),
+        "libretranslate_venv": str(venv),
+        "threads": 1,
+        "beam_size": 4,
+    }
+    server = serving_shipped.ShippedServer(spec, tmp_path, {**os.environ, **thread_environment(1)}, None)
+    sentences = ["A man in an orange hat starring at something.", "Two dogs play in the snow."]
+    try:
+        assert 0 < server.wait_until_ready(120, sentences[:1]) < 120
+        import httpx
+
+        body = {"q": sentences, "source": "en", "target": "de"}
+        answer = httpx.post(server.url + "/translate", json=body, timeout=60, trust_env=False)
+        memory = server.memory()
+    finally:
+        server.stop()
+    assert answer.json()["translatedText"] == kt.Transformer.from_preset("multi30k_en_de").translate(sentences)
+    assert memory["rss_ready"] > memory["rss_before_model"] > 0
