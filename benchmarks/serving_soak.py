@@ -35,6 +35,7 @@ import sys
 from dataclasses import asdict
 
 from benchmarks import report, serving
+from benchmarks.machine_load import OtherLoadMeter
 from benchmarks.serving_load import HELD_P99_S, Outcome, RateSummary, offer_load, poisson_schedule, summarize
 from benchmarks.serving_server import SentencePieceIds
 from benchmarks.serving_shipped import tree_resident_bytes
@@ -141,6 +142,9 @@ def render(context: dict, result: dict) -> str:
         + ", ".join(f"{k} {v}" for k, v in context["versions"].items())
         + ".",
         "",
+        f"Machine load: other processes used {serving._describe_load(context['other_load'])} during the soak "
+        "(`benchmarks/machine_load.py`).",
+        "",
         f"`{result['spec']['name']}` at {context['rate']:g} messages/s for {context['minutes']:g} minutes "
         f"({result['sent']} requests), ready in {result['ready_s']:.1f} s. Resident memory (process tree) "
         f"at the end of the first minute {serving._mib(result['baseline_rss'])}, at the end "
@@ -172,6 +176,7 @@ def main(argv=None) -> int:
     seconds = args.minutes * MINUTE_S
     schedule = poisson_schedule(args.rate, seconds, int(args.rate * seconds * 2 + 100), seed=args.seed)
     batch = [messages[i % len(messages)] for i in range(len(schedule))]
+    meter = OtherLoadMeter().start()
     server = serving.start_server(spec, args, serving.server_environment(args.threads))
     try:
         shipped = isinstance(server, serving.ShippedServer)
@@ -182,6 +187,7 @@ def main(argv=None) -> int:
         )
     finally:
         server.stop()
+    load = meter.stop()
     minutes = per_minute(args.rate, outcomes)
     growth = memory_growth(samples)
     result = {
@@ -202,6 +208,7 @@ def main(argv=None) -> int:
         "versions": report.versions(),
         "rate": args.rate,
         "minutes": args.minutes,
+        "other_load": load and vars(load),
     }
     args.output.write_text(render(context, result))
     args.output.with_suffix(".json").write_text(json.dumps({"context": context, "result": result}, indent=1) + "\n")

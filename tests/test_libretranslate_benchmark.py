@@ -70,6 +70,34 @@ def test_the_soak_verdicts():
     assert "not measured" in serving_soak.missed_targets(minutes[:2], None, 0.05, 0.5)[0]
 
 
+def test_the_soak_report():
+    minutes = serving_soak.per_minute(1.0, [Outcome(1.0, 200, 0.2, 1), Outcome(61.0, 429, 0.0, 1)])
+    result = {
+        "spec": {"name": "libretranslate"},
+        "ready_s": 3.0,
+        "sent": 2,
+        "minutes": [vars(m) for m in minutes],
+        "samples": [(0.0, 100 * 2**20), (60.0, 200 * 2**20), (120.0, 220 * 2**20)],
+        "baseline_rss": 200 * 2**20,
+        "growth": 0.1,
+        "missed": ["resident memory grew 10.0%, more than 5%"],
+    }
+    context = {
+        "command": "test",
+        "started": "-",
+        "finished": "-",
+        "machine": {"cpu_model": "test", "cpu_count": 2},
+        "versions": {},
+        "rate": 1.0,
+        "minutes": 2.0,
+        "other_load": None,
+    }
+    text = serving_soak.render(context, result)
+    assert "at the end of the first minute 200 MiB, at the end 220 MiB: growth 10.0%" in text
+    assert "Targets: missed: resident memory grew 10.0%, more than 5%." in text
+    assert "| 1 | 1 | 200 ms | 200 ms | 0 |\n| 2 | 1 | never answered | never answered | 1 |" in text
+
+
 def _result(name: str, kind: str, ready_s: float, per_model: float, latencies: dict) -> dict:
     rates = [
         vars(summarize(rate, [Outcome(0.0, 200, latency, 1)], window_s=1.0)) for rate, latency in latencies.items()
