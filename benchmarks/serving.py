@@ -267,7 +267,7 @@ class Server:
 def start_server(spec: dict, args, env: dict, models: int = 1):
     cpus = pinned_cpus(args.threads)
     if spec["kind"] in SHIPPED_KINDS:
-        return ShippedServer(spec, args.workdir, env, cpus, models)
+        return ShippedServer(spec, free_port(), args.workdir, env, cpus, models)
     return Server(spec, args.workdir, env, cpus)
 
 

@@ -98,10 +98,8 @@ def serve_command(spec: dict, preset: str, port: int, models: int, beam_size: in
 class ShippedServer:
     """A shipped server's process, from start to first answer to stopped."""
 
-    def __init__(self, spec: dict, workdir: Path, env: dict, cpus: list[int] | None, models: int = 1):
-        from benchmarks.serving import free_port
-
-        self.spec, self.port = spec, free_port()
+    def __init__(self, spec: dict, port: int, workdir: Path, env: dict, cpus: list[int] | None, models: int = 1):
+        self.spec, self.port = spec, port
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"serving-{spec['name']}-{models}.log"
         if spec["kind"] == "libretranslate":

@@ -203,7 +203,8 @@ def test_the_real_libretranslate_translates_as_this_project_does(tmp_path):
         "threads": 1,
         "beam_size": 4,
     }
-    server = serving_shipped.ShippedServer(spec, tmp_path, {**os.environ, **thread_environment(1)}, None)
+    env = {**os.environ, **thread_environment(1)}
+    server = serving_shipped.ShippedServer(spec, serving.free_port(), tmp_path, env, None)
     sentences = ["A man in an orange hat starring at something.", "Two dogs play in the snow."]
     try:
         assert 0 < server.wait_until_ready(120, sentences[:1]) < 120
