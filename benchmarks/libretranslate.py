@@ -4,8 +4,8 @@
     python -m benchmarks.libretranslate package multi30k_en_de --home benchmarks/.work/libretranslate
 
 LibreTranslate goes into a virtual environment of its own (`setup`): it pins
-versions (flask 2.2, requests 2.31, numpy 1.26, rich < 13) that must not
-change this project's environment. spaCy comes with it for the one sentence
+versions (flask 2.2.5, requests 2.31.0, numpy < 2; rich < 13 through
+flask-limiter) that must not change this project's environment. spaCy comes with it for the one sentence
 splitter that needs no download (see below); spaCy's command-line helper
 wants rich >= 13 and LibreTranslate's flask-limiter rich < 13: rich 12 is
 kept, and neither command line is used.
