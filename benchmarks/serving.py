@@ -37,9 +37,28 @@ Implementations (`--implementations`), named `ENGINE-PRECISION-MODE[-beam4]`:
   server on a backend and precision, batching on (`--max-batch-size`) or off
   (batches of one sentence).
 
-Results go to `benchmarks/RESULTS-serving.md` (`--output`), rewritten after
-each implementation; what it holds from its "Reading these numbers" heading
-on is kept.
+The servers as shipped (`benchmarks.serving_shipped`), measured on their own:
+
+- `libretranslate`: the real LibreTranslate (`benchmarks.libretranslate`:
+  its own virtual environment, `--libretranslate-venv`), serving the preset
+  through an Argos package built from this project's export;
+- `serve-tensorflow-float32`, `serve-jax-int8`, ...: `keras-transformer serve`
+  of the preset on that backend and precision.
+
+Both run the trained `multi30k_en_de` preset (`--size tiny`; random weights
+never stop, see `serving_shipped.PRESETS`), beam 4 as both do by default
+(`--beam-size`), and stop where the model does. Besides the above, per
+server: seconds from its start to its first answer (LibreTranslate loads its
+model then), the resident memory of its process tree then and after the
+sweep, and what one more model costs (`--models N`: `serve` of N copies
+against one; LibreTranslate: its memory after the model loaded less before).
+Targets: at least 2x LibreTranslate's highest rate held, at most 2x its
+memory per model, ready within 10 s of it.
+
+Results go to `benchmarks/RESULTS-serving.md` (`RESULTS-libretranslate.md`
+for the servers as shipped; `--output`) and the same name with `.json`,
+rewritten after each implementation; what the markdown holds from its
+"Reading these numbers" heading on is kept.
 """
 
 from __future__ import annotations
@@ -63,6 +82,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import REPO_ROOT, report
+from benchmarks.libretranslate import build_package
 from benchmarks.machine_load import QUIET_SHARE, OtherLoadMeter, sample_other_load
 from benchmarks.run import pinned_cpus, thread_environment
 from benchmarks.serving_load import (
@@ -76,6 +96,14 @@ from benchmarks.serving_load import (
     summarize,
 )
 from benchmarks.serving_server import SentencePieceIds, resident_bytes
+from benchmarks.serving_shipped import (
+    SHIPPED_KINDS,
+    ShippedServer,
+    memory_per_model,
+    parse_shipped,
+    preset_of,
+    tree_resident_bytes,
+)
 from benchmarks.workloads import SIZES
 
 BENCHMARKS = Path(__file__).resolve().parent
@@ -236,13 +264,21 @@ class Server:
                 self.process.wait()
 
 
+def start_server(spec: dict, args, env: dict, models: int = 1):
+    cpus = pinned_cpus(args.threads)
+    if spec["kind"] in SHIPPED_KINDS:
+        return ShippedServer(spec, free_port(), args.workdir, env, cpus, models)
+    return Server(spec, args.workdir, env, cpus)
+
+
 def measure(spec: dict, args, env: dict, messages: list[list[str]], idle: list[list[str]]) -> dict:
     """One implementation: start its server, idle latency, the rate sweep, stop."""
     result = {"spec": spec, "rates": []}
     meter = OtherLoadMeter().start()
-    server = Server(spec, args.workdir, env, pinned_cpus(args.threads))
+    server = start_server(spec, args, env)
+    shipped = isinstance(server, ShippedServer)
     try:
-        result["ready_s"] = server.wait_until_ready(args.ready_timeout)
+        result["ready_s"] = server.wait_until_ready(args.ready_timeout, *([idle[0]] if shipped else []))
         idle_latencies(server.url + "/translate", idle[:3], 0.1, args.deadline)  # connections and caches
         result["idle_s"] = idle_latencies(server.url + "/translate", idle, 0.2, args.deadline)
         result["memory"] = server.memory()
@@ -260,11 +296,19 @@ def measure(spec: dict, args, env: dict, messages: list[list[str]], idle: list[l
                 break
             time.sleep(1.0)
         result["memory"]["rss_peak"] = server.memory()["rss_peak"]
+        if shipped:
+            result["memory"]["rss_after_load"] = tree_resident_bytes(server.process.pid)
     except RuntimeError as error:
         result["error"] = str(error)
         print(f"[serving] {spec['name']}: {error}", flush=True)
     finally:
         server.stop()
+    if shipped and "memory" in result:
+        try:
+            start = lambda models: start_server(spec, args, env, models)  # noqa: E731
+            result["memory"].update(memory_per_model(spec, result["memory"], args.models, start, args.ready_timeout))
+        except RuntimeError as error:
+            result["memory"]["per_model_error"] = str(error)
     load = meter.stop()
     result["other_load"] = load and vars(load)
     return result
@@ -350,6 +394,87 @@ def _targets(results: list[dict]) -> list[str]:
     return rows
 
 
+def _weights(context: dict) -> str:
+    if context.get("shipped"):
+        return f"the `{context['preset']}` preset's trained weights ({context['size']} size), served by each server"
+    return f"{context['size']} size ({context['size_description']}), identical random weights for all"
+
+
+def _decoding(context: dict) -> str:
+    if context.get("shipped"):
+        search = "greedy search" if context["beam_size"] == 1 else f"beam {context['beam_size']}"
+        return (
+            f"{search}, each server with its own length penalty (`serve`: alpha 0.6; LibreTranslate: 0.2), "
+            "each sentence decoded until the model ends it"
+            + (f"; `serve` with `{context['serve_args']}`" if context.get("serve_args") else "")
+        )
+    return (
+        f"every sentence decodes to exactly {context['new_tokens']} tokens (translations of random weights are "
+        "meaningless: only their cost is measured)"
+    )
+
+
+def _within(value: float | None, bound: float | None) -> str:
+    if value is None or not bound:
+        return "not determined"
+    return "met" if value <= bound else "not met"
+
+
+def _seconds_to_ready(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
+def _shipped_section(results: list[dict]) -> list[str]:
+    """The servers as shipped: readiness and memory, and the targets against LibreTranslate."""
+    lines = [
+        "",
+        "## Servers as shipped",
+        "",
+        "Ready: seconds from the process's start to its first answer (LibreTranslate loads its model on the first "
+        "request). Resident memory of the process tree. Per model: `serve` of N copies less one copy, over N - 1; "
+        "LibreTranslate: after its model loaded less before (one language pair).",
+        "",
+        "| server | ready | idle message | highest rate held | held with p99 <= 2 s | memory ready | memory after "
+        "the sweep | per model |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for result in results:
+        memory = result.get("memory", {})
+        per_model = memory.get("per_model")
+        copies = f" ({memory['models']} models)" if memory.get("models", 1) > 1 else ""
+        lines.append(
+            f"| `{result['spec']['name']}` | {_seconds_to_ready(result.get('ready_s'))} "
+            f"| {_seconds(idle_median(result))} | {_rate(held_rate(result))} | {_rate(held_rate(result, LOOSE_P99_S))} "
+            f"| {_mib(memory.get('rss_ready'))} | {_mib(memory.get('rss_after_load'))} "
+            f"| {_mib(None if per_model is None else int(per_model))}{copies} |"
+        )
+    peer = next((r for r in results if r["spec"]["kind"] == "libretranslate"), None)
+    ours = [r for r in results if r["spec"]["kind"] == "serve"]
+    if peer is None or not ours:
+        return lines
+    lines += ["", "| server | target | measured | |", "| --- | --- | --- | --- |"]
+    theirs_memory, theirs_ready = peer.get("memory", {}).get("per_model"), peer.get("ready_s")
+    for result in ours:
+        name = f"`{result['spec']['name']}`"
+        rates = held_rate(result), held_rate(peer)
+        lines.append(
+            f"| {name} | >= 2x LibreTranslate's highest rate held | {_ratio(*rates)} | {_verdict(*rates, 2.0)} |"
+        )
+        memory = result.get("memory", {}).get("per_model")
+        verdict = _within(memory, theirs_memory and 2 * theirs_memory)
+        shown = [_mib(None if m is None else int(m)) for m in (memory, theirs_memory)]
+        lines.append(
+            f"| {name} | <= 2x LibreTranslate's memory per model | {shown[0]} against {shown[1]} | {verdict} |"
+        )
+        ready = result.get("ready_s")
+        verdict = _within(ready, None if theirs_ready is None else theirs_ready + 10)
+        lines.append(
+            f"| {name} | ready within 10 s of LibreTranslate | {_seconds_to_ready(ready)} against "
+            f"{_seconds_to_ready(theirs_ready)} | {verdict} |"
+        )
+    return lines
+
+
 def render(context: dict, results: list[dict]) -> str:
     machine = context["machine"]
     lines = ["# Serving benchmark", ""]
@@ -374,11 +499,10 @@ def render(context: dict, results: list[dict]) -> str:
         f"Machine load: other processes used {_describe_load(context['other_load_before'])} in the "
         f"seconds before the run, {_describe_load(other)} during it (`benchmarks/machine_load.py`).",
         "",
-        f"Workload: {context['size']} size ({context['size_description']}), identical random weights for all; "
+        f"Workload: {_weights(context)}; "
         f"{context['messages']} messages of 1-3 Multi30k test_2016_flickr English sentences (at most "
         f"{context['max_tokens']} tokens each, {context['sentences']} sentences), tokenized with the "
-        f"multi30k_en_de preset's SentencePiece model; every sentence decodes to exactly {context['new_tokens']} "
-        "tokens (translations of random weights are meaningless: only their cost is measured). "
+        f"multi30k_en_de preset's SentencePiece model; {_decoding(context)}. "
         f"Poisson arrivals, {context['seconds']:g} s per rate (at most {context['max_requests']} requests), "
         f"each request's deadline {context['deadline']:g} s; threads per server: {context['threads']}; the client "
         "shares the machine with the server.",
@@ -412,6 +536,8 @@ def render(context: dict, results: list[dict]) -> str:
     targets = _targets(results)
     if targets:
         lines += ["", "## Targets", "", "| server | target | measured | |", "| --- | --- | --- | --- |", *targets]
+    if context.get("shipped"):
+        lines += _shipped_section(results)
     lines += [
         "",
         "## Every rate",
@@ -442,15 +568,18 @@ def kept_notes(text: str) -> str:
 
 
 def write_report(output: Path, context: dict, results: list[dict]) -> None:
+    """The markdown report at `output` (its notes kept) and everything measured beside it, as JSON."""
     notes = kept_notes(output.read_text()) if output.exists() else ""
     output.write_text(render(context, results) + ("\n" + notes if notes else ""))
+    output.with_suffix(".json").write_text(json.dumps({"context": context, "results": results}, indent=1) + "\n")
 
 
 # --- the command -----------------------------------------------------------------------------------------------
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser(description: str = __doc__.splitlines()[0]) -> argparse.ArgumentParser:
+    """The options of the servers, their workload and the report (`benchmarks.serving_soak` adds its own)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--size", choices=sorted(SIZES), default="base")
     parser.add_argument("--implementations", nargs="+", default=list(DEFAULT_IMPLEMENTATIONS))
     parser.add_argument("--rates", nargs="+", type=float, default=[0.5, 1, 2, 4], help="messages per second")
@@ -470,12 +599,77 @@ def parse_args(argv=None):
     parser.add_argument("--ready-timeout", type=float, default=1200.0, help="seconds a server may take to warm up")
     parser.add_argument("--seed", type=int, default=2016)
     parser.add_argument("--workdir", type=Path, default=BENCHMARKS / ".work")
-    parser.add_argument("--output", type=Path, default=BENCHMARKS / "RESULTS-serving.md")
+    parser.add_argument(
+        "--output", type=Path, help="the markdown report (default RESULTS-serving.md, RESULTS-libretranslate.md)"
+    )
+    shipped = parser.add_argument_group("the servers as shipped (libretranslate, serve-BACKEND-PRECISION)")
+    shipped.add_argument("--beam-size", type=int, default=4, help="beams per sentence, 1 for greedy (default 4)")
+    shipped.add_argument(
+        "--models", type=int, default=1, help="also start `serve` with this many copies: memory per model"
+    )
+    shipped.add_argument(
+        "--serve-args",
+        default="",
+        help='more options of `keras-transformer serve`, one string (e.g. "--max-source-tokens 16")',
+    )
+    shipped.add_argument(
+        "--libretranslate-venv",
+        type=Path,
+        default=Path(os.environ.get("LIBRETRANSLATE_VENV", BENCHMARKS / ".work" / "libretranslate-venv")),
+        help="LibreTranslate's virtual environment (`python -m benchmarks.libretranslate setup --venv DIR`)",
+    )
     parser.add_argument("--dev", action="store_true", help="mark the results as a development run")
     parser.add_argument("--quiet-check-seconds", type=float, default=10.0)
+    return parser
+
+
+def parse_args(argv=None, parser: argparse.ArgumentParser | None = None, report_name: str | None = None):
+    """The options, with `specs` (each implementation's), `shipped` and the default `output` filled in."""
+    parser = parser or build_parser()
     args = parser.parse_args(argv)
-    args.specs = [parse_implementation(name, args.max_batch_size) for name in args.implementations]
+    try:
+        args.specs = [parse_shipped(n) or parse_implementation(n, args.max_batch_size) for n in args.implementations]
+    except ValueError as error:
+        parser.error(str(error))
+    args.shipped = any(spec["kind"] in SHIPPED_KINDS for spec in args.specs)
+    if args.shipped and not all(spec["kind"] in SHIPPED_KINDS for spec in args.specs):
+        parser.error(
+            "libretranslate and serve-BACKEND-PRECISION run a trained preset, the others random weights at fixed "
+            "lengths: measure them in separate runs."
+        )
+    if args.beam_size < 1 or args.models < 1:
+        parser.error(f"--beam-size and --models must be at least 1; got {args.beam_size} and {args.models}.")
+    if args.output is None:
+        name = report_name or ("libretranslate" if args.shipped else "serving")
+        args.output = BENCHMARKS / f"RESULTS-{name}.md"
     return args
+
+
+def prepare_weights(args) -> dict:
+    """What every server of the run loads, built if needed: the random checkpoint,
+    or the preset (and LibreTranslate's package of it) for the servers as shipped."""
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    if args.shipped:
+        weights = {"preset": preset_of(args.size), "beam_size": args.beam_size, "serve_args": args.serve_args}
+        if any(spec["kind"] == "libretranslate" for spec in args.specs):
+            home = args.workdir / "libretranslate"
+            build_package(weights["preset"], home, args.libretranslate_venv)
+            weights.update(libretranslate_home=str(home), libretranslate_venv=str(args.libretranslate_venv))
+        return weights
+    weights = {"checkpoint": str(args.workdir / args.size), "new_tokens": args.new_tokens}
+    built = subprocess.run(
+        [sys.executable, "-m", "benchmarks.checkpoint", "--size", args.size, "--out", weights["checkpoint"]],
+        cwd=REPO_ROOT,
+    )
+    if built.returncode:
+        raise SystemExit(f"could not build the {args.size} checkpoint in {weights['checkpoint']}")
+    return weights
+
+
+def server_environment(threads: int) -> dict:
+    env = {**os.environ, **thread_environment(threads)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return env
 
 
 def main(argv=None) -> None:
@@ -485,19 +679,12 @@ def main(argv=None) -> None:
     other_before = sample_other_load(args.quiet_check_seconds)
     meter = OtherLoadMeter().start()
     started = datetime.datetime.now(datetime.timezone.utc)
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    checkpoint = args.workdir / args.size
-    built = subprocess.run(
-        [sys.executable, "-m", "benchmarks.checkpoint", "--size", args.size, "--out", str(checkpoint)], cwd=REPO_ROOT
-    )
-    if built.returncode:
-        raise SystemExit(f"could not build the {args.size} checkpoint in {checkpoint}")
+    weights = prepare_weights(args)
     max_tokens = args.max_source_bucket - 2
     sentences = source_sentences(SentencePieceIds(), max_tokens)
     messages = make_messages([s for s, _ in sentences], args.seed)
     idle = [[s] for s, n in sentences if IDLE_TOKENS[0] <= n <= IDLE_TOKENS[1]][: args.idle_messages]
-    env = {**os.environ, **thread_environment(args.threads)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    env = server_environment(args.threads)
     size = SIZES[args.size]
     context = {
         "command": command,
@@ -518,16 +705,14 @@ def main(argv=None) -> None:
         "max_requests": args.max_requests,
         "deadline": args.deadline,
         "threads": args.threads,
+        "shipped": args.shipped,
+        "preset": weights.get("preset"),
+        "beam_size": args.beam_size,
+        "serve_args": args.serve_args,
     }
     results = []
     for spec in args.specs:
-        spec = {
-            **spec,
-            "checkpoint": str(checkpoint),
-            "new_tokens": args.new_tokens,
-            "threads": args.threads,
-            "max_source_bucket": args.max_source_bucket,
-        }
+        spec = {**spec, **weights, "threads": args.threads, "max_source_bucket": args.max_source_bucket}
         print(f"[serving] {spec['name']}", flush=True)
         results.append(measure(spec, args, env, messages, idle))
         other = meter.stop()
