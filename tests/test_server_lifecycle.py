@@ -43,6 +43,9 @@ class WarmUpEngine:
         self.warm_ups += 1
         self._warm_up()
 
+    def warm_up_later(self, on_shape=None, stop=None):
+        pass
+
 
 def _service(*engines, settings: ServiceSettings | None = None) -> TranslationService:
     names = ["first_en_de", "second_en_fr"]

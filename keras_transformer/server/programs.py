@@ -62,7 +62,9 @@ class SearchPrograms:
             token_ids = np.ones((size, width), "int32")
             inputs = self._inputs({"encoder_token_ids": token_ids, "encoder_padding_mask": token_ids.astype(bool)})
             if keras.config.backend() == "jax":
-                program = _shared_executable(self._stateless.lower(self._values(), inputs))
+                program = _shared_executable(
+                    self._signature(size, width), lambda: self._stateless.lower(self._values(), inputs)
+                )
             else:
                 program = self._function
                 program(inputs)  # TensorFlow compiles a shape at its first call
@@ -90,20 +92,34 @@ class SearchPrograms:
             "decoder_token_ids": buffer,
         }
 
+    def _signature(self, size: int, width: int) -> str:
+        """What the lowered program depends on: the network's configuration,
+        the shapes and types of its weights, the search and the batch shape."""
+        backbone = self.model.backbone
+        weights = [(tuple(v.shape), str(v.dtype)) for v in self.model.variables]
+        parts = (backbone.get_config(), backbone.dtype_policy.name, weights, self.search, size, width)
+        return repr(parts)
+
     def _values(self) -> list:
         return [variable.value for variable in self.model.variables]
 
 
-_EXECUTABLES: dict[str, object] = {}  # by the text of the lowered program
+_EXECUTABLES: dict[str, object] = {}  # by the signature of the program, then by its text
 _EXECUTABLES_LOCK = threading.Lock()
 
 
-def _shared_executable(lowered):
-    """The executable of a lowered JAX program: compiled once per process for
-    each distinct program text (debug locations left out, so the names of
+def _shared_executable(signature: str, lower):
+    """The executable of a JAX program, compiled once per process for each
+    distinct program: found by its `signature` without tracing, else by the
+    text of `lower()`'s program (debug locations left out, so the names of
     the model's layers do not count)."""
-    key = hashlib.sha256(lowered.as_text(debug_info=False).encode()).hexdigest()
     with _EXECUTABLES_LOCK:
-        if key not in _EXECUTABLES:
-            _EXECUTABLES[key] = lowered.compile()
-        return _EXECUTABLES[key]
+        if signature in _EXECUTABLES:
+            return _EXECUTABLES[signature]
+    lowered = lower()
+    text = hashlib.sha256(lowered.as_text(debug_info=False).encode()).hexdigest()
+    with _EXECUTABLES_LOCK:
+        if text not in _EXECUTABLES:
+            _EXECUTABLES[text] = lowered.compile()
+        _EXECUTABLES[signature] = _EXECUTABLES[text]
+        return _EXECUTABLES[text]
