@@ -149,3 +149,10 @@ def test_without_the_extra_serve_says_what_to_install():
     assert result.returncode == 1, result.stderr
     assert 'pip install "keras-transformer[ctranslate2]"' in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_ray_builder_takes_the_engine():
+    from keras_transformer.server.ray_deployment import BuilderArgs
+
+    assert BuilderArgs.parse({"presets": "multi30k_en_de", "engine": "ctranslate2"}).engine == "ctranslate2"
+    assert BuilderArgs.parse({"presets": "multi30k_en_de"}).engine == "keras"

@@ -54,8 +54,11 @@ class CTranslate2Engine(ModelEngine):
         search, max_batch_size, max_batch_tokens, max_source_bucket, name: see `ModelEngine`.
         precision: `"float32"`, or `"int8"` weights (computing in float32 elsewhere).
         inter_threads: each batch is cut into this many parts, decoded side
-            by side, one per CTranslate2 worker.
-        intra_threads: threads per worker (0: CTranslate2's default).
+            by side, one per CTranslate2 worker (default: one per core).
+        intra_threads: threads per worker. One: CTranslate2's threads spin
+            while they wait for each other, and on 2 cores a batch of 32
+            took 916 ms on two threads, 450 ms cut in two parts
+            (`benchmarks/RESULTS-serving.md`).
         device: CTranslate2's `"cpu"`, `"cuda"` or `"auto"`.
         cache: the folder of converted models (default `ctranslate2_cache.cache_root()`).
     """
@@ -70,8 +73,8 @@ class CTranslate2Engine(ModelEngine):
         max_source_bucket: int = 64,
         name: str = "model",
         precision: str = "float32",
-        inter_threads: int = 1,
-        intra_threads: int = 0,
+        inter_threads: int | None = None,
+        intra_threads: int = 1,
         device: str = "auto",
         cache: str | os.PathLike | None = None,
     ):
@@ -85,6 +88,7 @@ class CTranslate2Engine(ModelEngine):
             name=name,
         )
         ctranslate2 = import_ctranslate2()
+        inter_threads = inter_threads or os.cpu_count() or 1
         self.folder = converted_model(model, QUANTIZATIONS[precision], cache)
         self.translator = ctranslate2.Translator(
             str(self.folder),
