@@ -64,7 +64,9 @@ def cache(cache_home, model):
 
 def translated(engine, texts: list[str]) -> list[str]:
     """`texts` through `/translate` of an app serving `engine`."""
-    service = TranslationService([served_model("en-de", engine, (["en"], ["de"]))], ServiceSettings())
+    # A deadline that a first compilation on a busy machine cannot miss.
+    settings = ServiceSettings(timeout_s=600)
+    service = TranslationService([served_model("en-de", engine, (["en"], ["de"]))], settings)
     with TestClient(app_of(service, warm_up=False)) as client:
         response = client.post("/translate", json={"q": texts, "source": "en", "target": "de"})
     assert response.status_code == 200, response.text
