@@ -140,17 +140,20 @@ def test_serve_refuses_bfloat16_with_ctranslate2(capsys):
     assert "float32 or int8" in capsys.readouterr().err
 
 
-def test_without_the_extra_serve_says_what_to_install():
+@pytest.mark.parametrize("missing", ["ctranslate2", "torch,transformers"])
+def test_without_the_extra_serve_says_what_to_install(missing, tmp_path):
     env = {
         **os.environ,
-        "BLOCKED_MODULES": "ctranslate2",
+        "BLOCKED_MODULES": missing,
         "PYTHONPATH": os.pathsep.join([str(WITHOUT_MODULES), str(REPO_ROOT)]),
+        "XDG_CACHE_HOME": str(tmp_path),  # nothing converted yet: torch and transformers would convert
     }
     command = [sys.executable, "-m", "keras_transformer.cli", "serve", "multi30k_en_de", "--engine", "ctranslate2"]
     result = subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stderr
     assert 'pip install "keras-transformer[ctranslate2]"' in result.stderr
     assert "Traceback" not in result.stderr
+    assert not any(tmp_path.rglob("*.bin"))
 
 
 def test_the_ray_builder_takes_the_engine():

@@ -83,15 +83,22 @@ def converted_model(model, quantization: str | None = None, root: str | os.PathL
     folder = Path(root or cache_root()) / cache_key(model, quantization)
     if (folder / MODEL_FILE).is_file():
         return folder
-    ctranslate2 = import_ctranslate2()
+    converter = _converter()
     with folder_replaced_atomically(folder) as converting, tempfile.TemporaryDirectory() as checkpoint:
         export_transformers(model, Path(checkpoint) / "marian")
-        try:
-            converter = ctranslate2.converters.TransformersConverter(str(Path(checkpoint) / "marian"))
-            converter.convert(str(converting), quantization=quantization, force=True)
-        except ImportError as error:  # the converter loads the checkpoint with transformers and torch
-            raise ImportError(
-                f"Converting a model for CTranslate2 needs the ctranslate2 extra ({error.name} is missing): "
-                f"{EXTRA_INSTALL}"
-            ) from error
+        converter(str(Path(checkpoint) / "marian")).convert(str(converting), quantization=quantization, force=True)
     return folder
+
+
+def _converter():
+    """CTranslate2's `TransformersConverter`, checked for what it needs: it loads the
+    checkpoint with transformers and torch, and without them fails only halfway."""
+    ctranslate2 = import_ctranslate2()
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            f"Converting a model for CTranslate2 needs the ctranslate2 extra ({error.name} is missing): {EXTRA_INSTALL}"
+        ) from error
+    return ctranslate2.converters.TransformersConverter
