@@ -147,6 +147,7 @@ def test_without_the_extra_serve_says_what_to_install(missing, tmp_path):
         "BLOCKED_MODULES": missing,
         "PYTHONPATH": os.pathsep.join([str(WITHOUT_MODULES), str(REPO_ROOT)]),
         "XDG_CACHE_HOME": str(tmp_path),  # nothing converted yet: torch and transformers would convert
+        "KERAS_BACKEND": "tensorflow",  # a backend that runs without torch
     }
     command = [sys.executable, "-m", "keras_transformer.cli", "serve", "multi30k_en_de", "--engine", "ctranslate2"]
     result = subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
