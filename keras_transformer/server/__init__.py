@@ -23,6 +23,8 @@ except ImportError as error:
 from keras_transformer.generation.settings import SearchSettings
 from keras_transformer.server.api import Limits
 from keras_transformer.server.app import app_of, build_app
+from keras_transformer.server.ctranslate2_cache import import_ctranslate2
+from keras_transformer.server.ctranslate2_engine import CTranslate2Engine, compute_type_of
 from keras_transformer.server.engine import ModelEngine
 from keras_transformer.server.routing import Router, ServedModel, served_model
 from keras_transformer.server.service import ServiceSettings, TranslationService
@@ -45,28 +47,53 @@ def parse_model_spec(spec: str) -> tuple[str, tuple[list[str], list[str]] | None
     return preset, (sources.split(","), targets.split(","))
 
 
+ENGINES = ("keras", "ctranslate2")
+
+
 def load_served_models(
-    specs: list[str], *, precision: str = "float32", search: SearchSettings | None = None, **engine_options
+    specs: list[str],
+    *,
+    precision: str = "float32",
+    search: SearchSettings | None = None,
+    engine: str = "keras",
+    **engine_options,
 ) -> list[ServedModel]:
     """Each `PRESET[=SOURCES:TARGETS]` loaded (in `precision`) as a `ServedModel`.
 
     Args:
         specs: see `parse_model_spec`.
-        precision: `"float32"`, `"bfloat16"` or `"int8"` (see `generation.precision.load_model`).
+        precision: `"float32"`, `"bfloat16"` or `"int8"` (see `generation.precision.load_model`;
+            the ctranslate2 engine takes float32 and int8).
         search: the search every request gets (by default each model's own).
-        **engine_options: `ModelEngine` keywords.
+        engine: `"keras"` (`ModelEngine`: the model itself, compiled per batch
+            shape) or `"ctranslate2"` (`CTranslate2Engine`: the model converted
+            for CTranslate2; needs the ctranslate2 extra).
+        **engine_options: the engine's keywords.
     """
     from keras_transformer.generation.precision import load_model
 
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}; got {engine!r}.")
+    if engine == "ctranslate2":  # before any model loads
+        compute_type_of(precision)
+        import_ctranslate2()
     models = []
     for spec in specs:
         preset, languages = parse_model_spec(spec)
-        engine = ModelEngine(load_model(preset, precision), search=search, name=preset, **engine_options)
-        models.append(served_model(preset, engine, languages))
+        if engine == "ctranslate2":
+            # Converted from float32 weights; CTranslate2 quantizes them itself.
+            served = CTranslate2Engine(
+                load_model(preset), search=search, name=preset, precision=precision, **engine_options
+            )
+        else:
+            served = ModelEngine(load_model(preset, precision), search=search, name=preset, **engine_options)
+        models.append(served_model(preset, served, languages))
     return models
 
 
 __all__ = [
+    "CTranslate2Engine",
+    "ENGINES",
     "Limits",
     "ModelEngine",
     "Router",

@@ -182,6 +182,7 @@ class BuilderArgs:
     max_ongoing_requests: int = 64
     max_queued_requests: int = 256
     precision: str = "float32"
+    engine: str = "keras"
     greedy: bool = False
     max_batch_size: int = 32
     max_source_tokens: int = 64
@@ -222,7 +223,11 @@ def app_builder(args: dict) -> "Application":
         list(parsed.presets),
         precision=parsed.precision,
         search=SearchSettings(beam_size=None) if parsed.greedy else None,
-        engine_options={"max_batch_size": parsed.max_batch_size, "max_source_bucket": parsed.max_source_tokens},
+        engine_options={
+            "engine": parsed.engine,
+            "max_batch_size": parsed.max_batch_size,
+            "max_source_bucket": parsed.max_source_tokens,
+        },
         warm_up=parsed.warm_up,
         num_replicas=parsed.num_replicas,
         max_ongoing_requests=parsed.max_ongoing_requests,

@@ -18,6 +18,7 @@ stderr, when it cannot start, e.g. when its port is in use.
 Examples:
     keras-transformer serve multi30k_en_de
     keras-transformer serve multi30k_en_de multi30k_en_fr --port 5000 --greedy
+    keras-transformer serve multi30k_en_de --engine ctranslate2 --precision int8
     keras-transformer serve hf://Helsinki-NLP/opus-mt-tc-big-gmw-gmw=en,de,nl:en,de,nl --api-keys keys.txt
     curl -s localhost:5000/translate -H 'Content-Type: application/json' \\
         -d '{"q": "Two dogs play in the snow.", "source": "en", "target": "de"}'
@@ -45,7 +46,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="the address to bind (default %(default)s)")
     parser.add_argument("--port", type=int, default=5000, help="the port (default %(default)s, LibreTranslate's)")
     add_search_arguments(parser, greedy=True)
-    parser.add_argument("--precision", choices=PRECISIONS, default="float32", help="as in translate")
+    parser.add_argument(
+        "--precision", choices=PRECISIONS, default="float32", help="as in translate (ctranslate2: float32 or int8)"
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("keras", "ctranslate2"),
+        default="keras",
+        help="the decoder: this project's Keras model (default), or the model converted once into a cache "
+        'and decoded by CTranslate2 (needs the ctranslate2 extra: pip install "keras-transformer[ctranslate2]")',
+    )
     batching = parser.add_argument_group("batching across requests")
     batching.add_argument("--max-batch-size", type=int, default=32, help="sentences per batch (default %(default)s)")
     batching.add_argument(
@@ -116,14 +126,18 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         body_timeout_s=args.body_timeout,
     )
-    models = load_served_models(
-        args.presets,
-        precision=args.precision,
-        search=search_settings(args),
-        max_batch_size=args.max_batch_size,
-        max_batch_tokens=args.max_batch_tokens,
-        max_source_bucket=args.max_source_tokens,
-    )
+    try:
+        models = load_served_models(
+            args.presets,
+            precision=args.precision,
+            search=search_settings(args),
+            engine=args.engine,
+            max_batch_size=args.max_batch_size,
+            max_batch_tokens=args.max_batch_tokens,
+            max_source_bucket=args.max_source_tokens,
+        )
+    except ImportError as error:  # an engine's extra is missing: the message names it
+        raise UserError(str(error)) from error
     app = build_app(models, settings, warm_up=not args.no_warm_up)
     drain = args.drain_timeout if args.drain_timeout is not None else args.body_timeout + args.timeout
     server = _server(uvicorn.Config(app, log_level="info", timeout_graceful_shutdown=drain))
