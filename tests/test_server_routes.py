@@ -58,3 +58,23 @@ def test_more_than_one_target_for_a_model_without_language_tokens_is_refused_at_
 def test_a_target_without_a_token_is_refused_at_start_up():
     with pytest.raises(ValueError, match="no target token for 'de'"):
         served_model("opus-mt-en-ROMANCE", StubEngine(ROMANCE), (["en"], ["fr", "de"]))
+
+
+@pytest.mark.slow
+def test_a_multilingual_model_translates_a_text_that_starts_with_a_token_it_lacks(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    import keras_transformer as kt
+    from keras_transformer.generation.settings import SearchSettings
+    from keras_transformer.server import ModelEngine
+    from marian_fixtures import write_multilingual_repo
+
+    model = kt.Transformer.from_preset(str(write_multilingual_repo(tmp_path / "gmw")["folder"]))
+    engine = ModelEngine(model, search=SearchSettings(beam_size=None), max_batch_size=1, max_source_bucket=32)
+    service = TranslationService([served_model("opus-mt-tc-big-gmw-gmw", engine, (["en"], ["de", "nl"]))])
+    with TestClient(app_of(service, warm_up=False)) as client:
+        text = ">>OK<< A dog."
+        answer = client.post("/translate", json={"q": text, "source": "en", "target": "nl"})
+        assert answer.json() == {"translatedText": model.translate(f">>nld<< {text}", beam_size=None)}
+        refused = client.post("/translate", json={"q": ">>deu<< A dog.", "source": "en", "target": "nl"})
+        assert refused.status_code == 400 and "'>>deu<<'" in refused.json()["error"]
