@@ -151,7 +151,7 @@ def preset_client():
 
 
 def test_the_preset_refuses_1250_sentences_once_with_413(preset_client):
-    """Issue 56's case: 5,000 characters, within the character limit, in more
+    """5,000 characters, within the character limit, in more
     sentences than the default queue of 1,024 holds."""
     started = time.monotonic()
     refused = post(preset_client, {"q": "Go. " * 1250, "source": "en", "target": "de"})
