@@ -73,6 +73,15 @@ def test_a_field_of_another_type_gets_400(client, field, value):
     assert field in response.json()["error"]
 
 
+@pytest.mark.parametrize("field", ["q", "source", "target", "format", "alternatives", "api_key"])
+@pytest.mark.parametrize("depth", [900, 2000])
+def test_a_field_nested_about_as_deep_as_python_recurses_gets_a_4xx(client, field, depth):
+    fields = json.dumps({**GOOD, field: 0}).encode()
+    body = fields.replace(f'"{field}": 0'.encode(), f'"{field}": '.encode() + b"[" * depth + b"]" * depth)
+    response = post(client, body)
+    assert 400 <= response.status_code < 500, response.text
+
+
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),

@@ -111,10 +111,11 @@ class TranslationService:
         """LibreTranslate's answer to `request`.
 
         Raises:
-            ApiError: 400 for an unknown language or an untranslatable text,
-                413 for more sentences than the queue holds, 429 when the
-                model's queue has no room for them now, 503 while warming up
-                or shutting down, 504 past the deadline.
+            ApiError: 400 for an unknown language, a text that carries one of the
+                model's language tokens or an untranslatable text, 413 for more
+                sentences than the queue holds, 429 when the model's queue has
+                no room for them now, 503 while warming up or shutting down,
+                504 past the deadline.
         """
         if not self.ready:
             raise ApiError(503, "The server is warming up; retry shortly.", {"Retry-After": "5"})
