@@ -20,8 +20,8 @@ True
 ('en', 'en')
 >>> source_from_name("opus-mt-tc-big-gmw-gmw"), source_from_name("my_model")
 (None, None)
->>> tokens_by_code(["cmn_Hans", "cmn_Hant", "deu", "yue_Hant"])
-{'zh': 'cmn_Hans', 'de': 'deu', 'yue': 'yue_Hant'}
+>>> tokens_by_code(["cmn_Hans", "cmn_Hant", "deu", "por", "pt_BR", "yue_Hant"])
+{'zh': 'cmn_Hans', 'de': 'deu', 'pt': 'por', 'yue': 'yue_Hant'}
 """
 
 import re
@@ -87,18 +87,20 @@ def token_code(language: str) -> str | None:
     """The LibreTranslate code of a target-language token's language
     (`deu` -> `de`; `cmn_Hans`, Mandarin in simplified script, -> `zh`); `None` for no language."""
     folded = _folded(language)
-    return code(folded.language) if folded is not None and folded.language else None
+    return None if folded is None else code(folded.language)
 
 
 def tokens_by_code(languages: Iterable[str]) -> dict[str, str]:
     """The code each token language serves (see `token_code`), mapped to it;
-    of several for one code (`cmn_Hans`, `cmn_Hant`), the one without a
-    script or in the language's usual script, then the first by name."""
+    of several for one code (`cmn_Hans`, `cmn_Hant`, `zh_TW`), the one in the
+    language's usual script, then one without a region, then the first by name."""
 
-    def preference(language: str) -> tuple[bool, str]:
+    def preference(language: str) -> tuple[bool, bool, str]:
         folded = _folded(language)
-        usual = folded is None or folded.script in (None, langcodes.Language.get(folded.language).maximize().script)
-        return not usual, language
+        if folded is None:
+            return True, True, language
+        usual = folded.maximize().script == langcodes.Language.get(folded.language).maximize().script
+        return not usual, folded.territory is not None, language
 
     by_code = {}
     for language in sorted(languages, key=preference):
@@ -108,8 +110,9 @@ def tokens_by_code(languages: Iterable[str]) -> dict[str, str]:
 
 
 def _folded(language: str) -> langcodes.Language | None:
-    """A token's language as a BCP 47 tag, macrolanguage folded (`cmn_Hans` -> `zh-Hans`)."""
+    """A token's language as a BCP 47 tag, macrolanguage folded (`cmn_Hans` -> `zh-Hans`); `None` for no language."""
     try:
-        return langcodes.Language.get(langcodes.standardize_tag(language.replace("_", "-"), macro=True))
+        folded = langcodes.Language.get(langcodes.standardize_tag(language.replace("_", "-"), macro=True))
     except ValueError:
         return None
+    return folded if folded.language else None
