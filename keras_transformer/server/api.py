@@ -22,11 +22,12 @@ keras_transformer.server.api.ApiError: format 'html' is not supported: send plai
 import json
 import re
 import urllib.parse
+from collections.abc import Collection
 from dataclasses import dataclass
 
-# `>>xxx<<` anywhere: a multilingual model reads the token as its target
-# language, so a text carrying one would pick its own.
-_LANGUAGE_TOKEN = re.compile(r">>[^<>\s]{1,20}<<")
+# `>>xxx<<` anywhere: a multilingual model reads its own tokens as the
+# language to translate into, so a text carrying one would pick its own.
+_LANGUAGE_TOKEN = re.compile(r">>([^<>\s]{1,20})<<")
 
 
 class ApiError(Exception):
@@ -71,7 +72,8 @@ def read_translate_request(body: bytes, content_type: str, limits: Limits) -> Tr
         ApiError: see the module's docstring.
     """
     fields = _fields(body, content_type)
-    if limits.api_keys and fields.get("api_key") not in limits.api_keys:
+    api_key = fields.get("api_key")
+    if limits.api_keys and (not isinstance(api_key, str) or api_key not in limits.api_keys):
         raise ApiError(403, "Invalid API key: send a valid api_key with the request.")
     texts, single = _texts(fields.get("q"))
     if not single and limits.batch_limit is not None and len(texts) > limits.batch_limit:
@@ -79,23 +81,34 @@ def read_translate_request(body: bytes, content_type: str, limits: Limits) -> Tr
     characters = sum(len(text) for text in texts)
     if limits.char_limit is not None and characters > limits.char_limit:
         raise ApiError(400, f"Invalid request: {characters} characters exceed the text limit of {limits.char_limit}.")
-    for index, text in enumerate(texts):
-        if (token := _LANGUAGE_TOKEN.search(text)) is not None:
-            where = "q" if single else f"q[{index}]"
-            raise ApiError(
-                400,
-                f"{where} contains {token.group()!r}, a model's target-language token: choose the "
-                "language with 'target' instead.",
-            )
     text_format = fields.get("format", "text")
     if text_format != "text":
-        message = f"format {text_format!r} is not supported: send plain text with format 'text'."
-        raise ApiError(400, message)
+        shown = repr(text_format) if isinstance(text_format, str) else f"of type {type(text_format).__name__}"
+        raise ApiError(400, f"format {shown} is not supported: send plain text with format 'text'.")
     alternatives = fields.get("alternatives", 0)
     if alternatives not in (0, "0", None):
         raise ApiError(400, "alternatives are not supported: leave the field out or send 0.")
     source, target = (_language_field(fields, name) for name in ("source", "target"))
     return TranslateRequest(texts, single, source, target)
+
+
+def check_language_tokens(request: TranslateRequest, token_languages: Collection[str]) -> None:
+    """Refuses a text that carries a target-language token of the model
+    (`>>fra<<` where `token_languages` holds `fra`): the model would read it
+    as the language to translate into. Other `>>...<<` are text.
+
+    Raises:
+        ApiError: 400, naming the text and the token.
+    """
+    for index, text in enumerate(request.texts):
+        for token in _LANGUAGE_TOKEN.finditer(text):
+            if token.group(1) in token_languages:
+                where = "q" if request.single else f"q[{index}]"
+                raise ApiError(
+                    400,
+                    f"{where} contains {token.group()!r}, the model's target-language token: choose the "
+                    "language with 'target' instead.",
+                )
 
 
 def check_body_size(content_length: str | None, limits: Limits) -> None:
@@ -125,6 +138,10 @@ def _fields(body: bytes, content_type: str) -> dict:
             fields = json.loads(text)
         except json.JSONDecodeError as error:
             raise ApiError(400, f"Invalid request: malformed JSON ({error.msg} at character {error.pos}).") from None
+        except ValueError:  # Python's limit on the digits of an int
+            raise ApiError(400, "Invalid request: a JSON number has too many digits.") from None
+        except RecursionError:
+            raise ApiError(400, "Invalid request: the JSON is nested too deeply.") from None
         if not isinstance(fields, dict):
             raise ApiError(400, f"Invalid request: the JSON body must be an object; got {type(fields).__name__}.")
         return fields

@@ -30,6 +30,7 @@ import contextlib
 import importlib.resources
 import logging
 import time
+from collections.abc import Awaitable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -92,7 +93,7 @@ def app_of(service: TranslationService, warm_up: bool = True) -> Starlette:
             check_body_size(request.headers.get("content-length"), limits)
             body = await _read_body(request, limits, service.settings.body_timeout_s)
             parsed = read_translate_request(body, request.headers.get("content-type", ""), limits)
-            return JSONResponse(await service.translate(parsed))
+            return JSONResponse(await _unless_disconnected(request, service.translate(parsed)))
         except ApiError as error:
             service.metrics.rejected.labels(_reason(error.status)).inc()
             return JSONResponse({"error": error.message}, error.status, headers=error.headers)
@@ -174,6 +175,28 @@ async def _read_body(request: Request, limits, timeout_s: float) -> bytes:
         raise ApiError(
             408, f"The request body did not arrive within {timeout_s:g} s; send it whole, without pauses."
         ) from None
+
+
+async def _unless_disconnected(request: Request, work: Awaitable):
+    """`work`'s result, or `ClientDisconnect` once the client has gone away
+    first; `work` is then cancelled, so that its sentences leave the queue."""
+    answer = asyncio.ensure_future(work)
+    left = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({answer, left}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        left.cancel()
+        answer.cancel()  # nothing once answered
+    if answer not in done:
+        raise ClientDisconnect()
+    return answer.result()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client disconnects (the body has been read: ASGI's
+    `receive` has nothing else to give)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _http_error(request: Request, error: HTTPException) -> Response:

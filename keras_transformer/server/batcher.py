@@ -15,8 +15,11 @@ this same class inside each replica.
 Backpressure, as TensorFlow Serving's `max_enqueued_batches` and Triton's
 `max_queue_size`: at most `max_queue` sentences wait; beyond that `submit`
 raises `Overloaded` (the server's 429), so latency stays bounded instead of
-growing with the queue. A request past its deadline is dropped from the
-queue (`DeadlineExceeded`, the server's 504) rather than decoded for nobody.
+growing with the queue. A request of more sentences than `max_queue` could
+never be queued: it is refused at once (`TooManySentences`, the server's 413),
+not told to retry. A request past its deadline (`DeadlineExceeded`, the
+server's 504), cancelled, or whose batch failed leaves the queue rather than
+being decoded for nobody.
 
 Example:
 >>> class Upper:  # an engine: widths, batch limits, and a batch of rows to texts
@@ -44,6 +47,10 @@ class Overloaded(RuntimeError):
     def __init__(self, message: str, retry_after: float):
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class TooManySentences(ValueError):
+    """A request holds more sentences than the queue holds at all; waiting cannot help."""
 
 
 class DeadlineExceeded(TimeoutError):
@@ -137,7 +144,8 @@ class Batcher:
         """Queues one request's sentences; the future gives their translations, in order.
 
         Raises:
-            Overloaded: `max_queue` sentences are already waiting.
+            TooManySentences: `rows` alone are more than `max_queue`.
+            Overloaded: the queue has no room for `rows` now.
             Stopped: the batcher is shutting down.
         """
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
@@ -145,6 +153,11 @@ class Batcher:
         if not rows:
             job.future.set_result([])
             return job.future
+        if len(rows) > self.max_queue:
+            raise TooManySentences(
+                f"The request holds {len(rows)} sentences, more than the {self.max_queue} the server queues at "
+                f"once: send it in parts of at most {self.max_queue} sentences."
+            )
         with self._condition:
             if self._stopping:
                 raise Stopped("The server is shutting down and takes no new requests.")
@@ -213,8 +226,7 @@ class Batcher:
             try:
                 translations = self.engine.translate_rows([s.job.rows[s.position] for s in batch])
             except Exception as error:  # the batch's requests get the error, the worker goes on
-                for job in {s.job for s in batch}:
-                    _settle(job.future, error=error)
+                self._fail({s.job for s in batch}, error)
                 continue
             seconds = time.monotonic() - started
             self._record(len(batch) / max(seconds, 1e-6))
@@ -228,6 +240,13 @@ class Batcher:
                 job.remaining -= 1
                 if job.remaining == 0:
                     _settle(job.future, result=job.results)
+
+    def _fail(self, jobs: set[_Job], error: Exception) -> None:
+        """Settles `jobs` with `error`; their other sentences leave the queue (decoded, they would reach nobody)."""
+        with self._condition:
+            self._remove(lambda sentence: sentence.job in jobs)
+        for job in jobs:
+            _settle(job.future, error=error)
 
     def _record(self, rate: float) -> None:
         previous = self._sentences_per_second

@@ -37,6 +37,7 @@ from keras_transformer.generation.settings import LENGTH_BUCKET, SearchSettings,
 from keras_transformer.generation.translation import source_segments
 from keras_transformer.models.transformer_preprocessor import SOURCE_SPECIAL_ROOM
 from keras_transformer.server.programs import SearchPrograms
+from keras_transformer.utils.language_tags import language_tag
 from keras_transformer.utils.memory import release_freed_memory
 
 
@@ -90,8 +91,16 @@ class ModelEngine:
         return self.model.preprocessor.tokenizer.target_languages()
 
     def segments(self, texts: list[str], target_language: str | None = None) -> list[tuple[int, list[int]]]:
-        """`(text index, token ids)` of each sentence to decode (see `source_segments`)."""
-        return source_segments(self.model, texts, target_language=target_language, max_tokens=self.max_sentence_tokens)
+        """`(text index, token ids)` of each sentence to decode (see `source_segments`).
+
+        The target's token (`target_language`, or the one the tokenizer fixes)
+        leads every text, so that a text's own leading `>>...<<` is read as
+        text, not as its language (the server refuses the model's real tokens in texts).
+        """
+        language = target_language or self.model.preprocessor.tokenizer.target_language
+        if language is not None:
+            texts = [f"{language_tag(language)} {text}" for text in texts]
+        return source_segments(self.model, texts, target_language=language, max_tokens=self.max_sentence_tokens)
 
     def bucket_of(self, row: list[int]) -> int:
         """The source width a sentence of these token ids is decoded at."""

@@ -2,9 +2,12 @@
 
 LibreTranslate names languages by ISO 639-1 codes (`"en"`, `"de"`, `"hi"`),
 and ISO 639-3 where a language has no two-letter code (`"gos"`); Opus-MT's
-multilingual models name their targets by ISO 639-3 tokens (`>>deu<<`).
+multilingual models name their targets by ISO 639-3 tokens (`>>deu<<`),
+some with a script (`>>cmn_Hans<<`, Mandarin in simplified characters).
 pycountry carries the ISO 639-3 table, so both spellings of a language name
-one `code` here, the one LibreTranslate uses.
+one `code` here, the one LibreTranslate uses; langcodes folds a token's
+language into that code (`cmn_Hans` -> `zh`), with CLDR's data on
+macrolanguages and scripts, which pycountry lacks.
 
 Example:
 >>> code("deu"), code("de"), code("gos"), language_name("hi")
@@ -13,14 +16,25 @@ Example:
 (('en', 'de'), ('hi', 'en'))
 >>> pair_from_name("hf://Helsinki-NLP/opus-mt-tc-big-gmw-gmw") is None
 True
+>>> source_from_name("Helsinki-NLP/opus-mt-en-ROMANCE"), source_from_name("opus-mt-tc-big-en-zle")
+('en', 'en')
+>>> source_from_name("opus-mt-tc-big-gmw-gmw"), source_from_name("my_model")
+(None, None)
+>>> tokens_by_code(["cmn_Hans", "cmn_Hant", "deu", "por", "pt_BR", "yue_Hant"])
+{'zh': 'cmn_Hans', 'de': 'deu', 'pt': 'por', 'yue': 'yue_Hant'}
 """
 
 import re
+from collections.abc import Iterable
 
+import langcodes
 import pycountry
 
 # A name that ends in two language codes: `..._en_de`, `...-hi-en`.
 _NAME_PAIR = re.compile(r"(?:^|[_\-/])([a-z]{2,3})[_\-]([a-z]{2,3})$")
+# A name that ends in a language code and a group of languages, in Opus-MT's
+# capitals (`opus-mt-en-ROMANCE`) or as an ISO 639-5 family (`...-en-zle`).
+_NAME_SOURCE = re.compile(r"(?:^|[_\-/])([a-z]{2,3})[_\-]([A-Z][A-Z_]*|[a-z]{3})$")
 
 
 def _language(value: str):
@@ -40,12 +54,6 @@ def code(value: str) -> str | None:
     return getattr(language, "alpha_2", None) or language.alpha_3
 
 
-def alpha_3(value: str) -> str | None:
-    """The ISO 639-3 code of a language code (the form of Opus-MT's `>>xxx<<` tokens)."""
-    language = _language(value)
-    return None if language is None else language.alpha_3
-
-
 def language_name(value: str) -> str:
     """The English name of a language code (the code itself for an unknown one)."""
     language = _language(value)
@@ -60,3 +68,51 @@ def pair_from_name(name: str) -> tuple[str, str] | None:
         return None
     source, target = (code(part) for part in match.groups())
     return (source, target) if source and target else None
+
+
+def source_from_name(name: str) -> str | None:
+    """The source code of a name that ends in a language code and then a
+    group of languages (`opus-mt-en-ROMANCE`, `opus-mt-tc-big-en-zle`: `en`);
+    `None` for other names."""
+    match = _NAME_SOURCE.search(str(name).rstrip("/"))
+    if match is None:
+        return None
+    source, group = match.groups()
+    if not group.isupper() and pycountry.language_families.get(alpha_3=group) is None:
+        return None
+    return code(source)
+
+
+def token_code(language: str) -> str | None:
+    """The LibreTranslate code of a target-language token's language
+    (`deu` -> `de`; `cmn_Hans`, Mandarin in simplified script, -> `zh`); `None` for no language."""
+    folded = _folded(language)
+    return None if folded is None else code(folded.language)
+
+
+def tokens_by_code(languages: Iterable[str]) -> dict[str, str]:
+    """The code each token language serves (see `token_code`), mapped to it;
+    of several for one code (`cmn_Hans`, `cmn_Hant`, `zh_TW`), the one in the
+    language's usual script, then one without a region, then the first by name."""
+
+    def preference(language: str) -> tuple[bool, bool, str]:
+        folded = _folded(language)
+        if folded is None:
+            return True, True, language
+        usual = folded.maximize().script == langcodes.Language.get(folded.language).maximize().script
+        return not usual, folded.territory is not None, language
+
+    by_code = {}
+    for language in sorted(languages, key=preference):
+        if (served := token_code(language)) is not None:
+            by_code.setdefault(served, language)
+    return by_code
+
+
+def _folded(language: str) -> langcodes.Language | None:
+    """A token's language as a BCP 47 tag, macrolanguage folded (`cmn_Hans` -> `zh-Hans`); `None` for no language."""
+    try:
+        folded = langcodes.Language.get(langcodes.standardize_tag(language.replace("_", "-"), macro=True))
+    except ValueError:
+        return None
+    return folded if folded.language else None

@@ -3,9 +3,9 @@
 A `ServedModel` is one model with the language pairs it serves: a bilingual
 model one pair (`multi30k_en_de`: en -> de), a multilingual Opus-MT model
 every pair of its sources and its `>>xxx<<` targets (gmw-gmw: en, de, nl, ...
-into each other). The `Router` answers LibreTranslate's `/languages` and picks
-the model of each `(source, target)`; the first model given wins a pair two
-models serve.
+into each other; en-ROMANCE: en into fr, es, it, ...). The `Router` answers
+LibreTranslate's `/languages` and picks the model of each `(source, target)`;
+the first model given wins a pair two models serve.
 
 Example:
 >>> router = Router([ServedModel("en-de", None, sources=("en",), targets=("de",))])
@@ -17,7 +17,7 @@ Example:
 
 from dataclasses import dataclass, field
 
-from keras_transformer.server.languages import alpha_3, code, language_name, pair_from_name
+from keras_transformer.server.languages import code, language_name, pair_from_name, source_from_name, tokens_by_code
 
 
 class RoutingError(ValueError):
@@ -34,6 +34,8 @@ class ServedModel:
         sources, targets: LibreTranslate codes; every source translates into every target but itself.
         target_languages: for a multilingual model, the `>>xxx<<` language of each
             target code (none where the model fixes its language, as `big_en_de` does).
+        token_languages: the languages of all the model's `>>xxx<<` tokens;
+            a text that carries one is refused, as it would choose its own language.
         batcher: its `Batcher`, set by the server.
     """
 
@@ -42,6 +44,7 @@ class ServedModel:
     sources: tuple[str, ...]
     targets: tuple[str, ...]
     target_languages: dict = field(default_factory=dict)
+    token_languages: frozenset = frozenset()
     batcher: object = None
 
     def pairs(self) -> list[tuple[str, str]]:
@@ -63,38 +66,57 @@ def served_model(name: str, engine, languages: tuple[list[str], list[str]] | Non
     `(sources, targets)` or read off the model:
 
     - a name that ends in two codes (`multi30k_en_de`, `opus-mt-hi-en`,
-      `big_en_de`) serves that pair;
-    - otherwise a multilingual model serves its `>>xxx<<` languages into
-      each other (Opus-MT's group models such as gmw-gmw read and write the
-      same languages).
+      `opus-mt-en-zh`) serves that pair;
+    - a multilingual model whose name ends in a source code and a group
+      (`opus-mt-en-ROMANCE`) serves that source into each of its `>>xxx<<`
+      languages;
+    - any other multilingual model serves its `>>xxx<<` languages into each
+      other (Opus-MT's group models such as gmw-gmw read and write the same
+      languages).
+
+    A `>>xxx<<` language serves its ISO 639 code (`>>cmn_Hans<<`: zh, see
+    `tokens_by_code`). A model without such tokens, or whose tokenizer fixes
+    one, translates into one language.
 
     Raises:
-        ValueError: the languages cannot be read off the model: give them.
+        ValueError: the languages cannot be read off the model, or a target
+            has no token: give them, or fewer.
     """
-    own = engine.target_languages() if engine is not None else []
-    by_code = {code(language) or language: language for language in own}
+    tokens = tuple(engine.target_languages()) if engine is not None else ()
+    fixed = getattr(getattr(engine, "model", None), "preprocessor", None)
+    fixed = getattr(getattr(fixed, "tokenizer", None), "target_language", None)
+    by_code = tokens_by_code([fixed] if fixed is not None else tokens)
     if languages is not None:
         sources = tuple(_checked_code(c, name) for c in languages[0])
         targets = tuple(_checked_code(c, name) for c in languages[1])
-    elif (pair := pair_from_name(name)) is not None:
-        sources, targets = (pair[0],), (pair[1],)
-    elif own:
-        sources = targets = tuple(by_code)
     else:
+        sources, targets = _languages_from_name(name, by_code)
+    if not by_code and len(targets) > 1:
         raise ValueError(
-            f"Cannot tell the languages of {name!r} from its name: give them, e.g. '{name}=en:de' on the "
-            "command line, or languages=(['en'], ['de'])."
+            f"{name!r} has no target-language tokens: it translates into one language, not {list(targets)}. "
+            f"Give it one target ('{name}=SOURCES:TARGET')."
         )
-    fixed = getattr(getattr(engine, "model", None), "preprocessor", None)
-    fixed = getattr(getattr(fixed, "tokenizer", None), "target_language", None)
-    target_languages = {}
-    if own and fixed is None:
-        for target in targets:
-            language = by_code.get(target) or (alpha_3(target) if alpha_3(target) in own else None)
-            if language is None:
-                raise ValueError(f"{name!r} has no target token for {target!r}; its languages are {sorted(by_code)}.")
-            target_languages[target] = language
-    return ServedModel(name, engine, sources, targets, target_languages)
+    for target in targets if by_code else ():
+        if target not in by_code:
+            raise ValueError(f"{name!r} has no target token for {target!r}; it translates into {sorted(by_code)}.")
+    # A fixed language is the tokenizer's to add; the others' token is the route's.
+    target_languages = {target: by_code[target] for target in targets} if by_code and fixed is None else {}
+    return ServedModel(name, engine, sources, targets, target_languages, frozenset(tokens))
+
+
+def _languages_from_name(name: str, by_code: dict[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    pair = pair_from_name(name)
+    if pair is not None and (not by_code or pair[1] in by_code):
+        return (pair[0],), (pair[1],)
+    source = pair[0] if pair is not None else source_from_name(name)
+    if by_code and source is not None:  # one source into the model's languages (opus-mt-en-ROMANCE)
+        return (source,), tuple(by_code)
+    if by_code:
+        return tuple(by_code), tuple(by_code)
+    raise ValueError(
+        f"Cannot tell the languages of {name!r} from its name: give them, e.g. '{name}=en:de' on the "
+        "command line, or languages=(['en'], ['de'])."
+    )
 
 
 def _checked_code(value: str, name: str) -> str:

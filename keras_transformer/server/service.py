@@ -11,13 +11,14 @@ model only in its batcher's thread.
 import asyncio
 import contextlib
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
 
 from keras_transformer.generation.translation import join_segments
-from keras_transformer.server.api import ApiError, Limits, TranslateRequest
-from keras_transformer.server.batcher import Batcher, DeadlineExceeded, Overloaded, Stopped
+from keras_transformer.server.api import ApiError, Limits, TranslateRequest, check_language_tokens
+from keras_transformer.server.batcher import Batcher, DeadlineExceeded, Overloaded, Stopped, TooManySentences
 from keras_transformer.server.metrics import ServerMetrics
 from keras_transformer.server.routing import Router, RoutingError, ServedModel
 
@@ -31,7 +32,8 @@ class ServiceSettings:
     Args:
         limits: what one request may hold (`keras_transformer.server.api.Limits`).
         max_wait_ms: how long a sentence waits for others to share its batch.
-        max_queue: sentences waiting per model, beyond which requests get 429.
+        max_queue: sentences waiting per model, beyond which requests get 429
+            (413 for a request of more sentences than that alone).
         timeout_s: each request's deadline once its body is read (504 past it).
         body_timeout_s: how long a request's body may take to arrive (408 past
             it), so that a stalled client cannot hold the server open.
@@ -155,9 +157,11 @@ class TranslationService:
         """LibreTranslate's answer to `request`.
 
         Raises:
-            ApiError: 400 for an unknown language or an untranslatable text,
-                429 when the model's queue is full, 503 while warming up or
-                shutting down, 500 after a failed warm-up, 504 past the deadline.
+            ApiError: 400 for an unknown language, a text that carries one of the
+                model's language tokens or an untranslatable text, 413 for more
+                sentences than the queue holds, 429 when the model's queue has
+                no room for them now, 503 while warming up or shutting down,
+                500 after a failed warm-up, 504 past the deadline.
         """
         if (unavailable := self._unavailable()) is not None:
             raise unavailable
@@ -165,6 +169,7 @@ class TranslationService:
             route = self.router.route(request.source, request.target)
         except RoutingError as error:
             raise ApiError(400, str(error)) from None
+        check_language_tokens(request, route.model.token_languages)
         engine, batcher = route.model.engine, route.model.batcher
         try:
             segments = await asyncio.to_thread(engine.segments, request.texts, route.target_language)
@@ -172,8 +177,10 @@ class TranslationService:
             raise ApiError(400, f"Invalid request: {error}") from None
         try:
             future = batcher.submit([ids for _, ids in segments])
+        except TooManySentences as error:
+            raise ApiError(413, str(error)) from None
         except Overloaded as error:
-            raise ApiError(429, str(error), {"Retry-After": str(max(1, round(error.retry_after)))}) from None
+            raise ApiError(429, str(error), {"Retry-After": str(max(1, math.ceil(error.retry_after)))}) from None
         except Stopped as error:
             raise ApiError(503, str(error)) from None
         try:
@@ -183,7 +190,7 @@ class TranslationService:
             raise ApiError(
                 504, f"The translation took longer than the server's {self.settings.timeout_s:g} s deadline."
             ) from None
-        except asyncio.CancelledError:  # the server is cutting its open requests: not decoded for nobody
+        except asyncio.CancelledError:  # the caller went away or the server cut it: not decoded for nobody
             batcher.cancel(future)
             raise
         texts = join_segments(len(request.texts), segments, translations)
