@@ -81,8 +81,7 @@ def prepare_corpus(
         skip_bad: as for `read_parallel`.
         chunk_size: pairs tokenized together, and stored in one record (at
             most `pairs_per_shard`).
-        pairs_per_shard: about this many pairs per shard file (whole chunks);
-            processes of a multi-host run read whole shards.
+        pairs_per_shard: about this many pairs per shard file (whole chunks).
         overwrite: replace a prepared corpus in `out`.
         languages: `(source, target)` language codes of a `datasets.Dataset`
             source, e.g. `("en", "de")`.
