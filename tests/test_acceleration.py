@@ -132,12 +132,3 @@ def test_a_batch_searched_in_two_parts_at_once_translates_as_one_search(trained_
 def test_a_searched_batch_keeps_its_sentences_in_order_whole_or_in_parts():
     halves = acceleration.search_in_parts(lambda part: {"x": np.asarray(part["x"]) + 1}, {"x": np.arange(6)}, 2)
     assert halves["x"].tolist() == [1, 2, 3, 4, 5, 6]
-
-
-def test_a_forked_process_gets_threads_of_its_own(monkeypatch):
-    parent = acceleration._search_threads()
-    assert acceleration._search_threads() is parent
-    monkeypatch.setattr(acceleration.os, "getpid", lambda: -1)  # as in a child forked after the first search
-    child = acceleration._search_threads()
-    assert child is not parent
-    assert child.submit(lambda: 42).result(timeout=10) == 42

@@ -298,9 +298,8 @@ def test_jax_two_processes_agree_on_weights(single_device_jax, tmp_path):
 
 
 @pytest.mark.slow
-def test_jax_processes_train_on_their_own_shards_of_a_prepared_corpus(tmp_path, tokenizer):
-    # Three shards: process 0 reads two, process 1 one, so process 1's data
-    # ends first and it gives all-padding batches while process 0 goes on.
+def test_jax_processes_train_on_their_own_shares_of_a_prepared_corpus(tmp_path, tokenizer):
+    # Three shards, which the two processes share pair by pair.
     corpus = prepare(*write_corpus(tmp_path, 150), tmp_path / "data", tokenizer, pairs_per_shard=48)
     assert len(corpus.shards) == 3
     codes, logs = run_workers(tmp_path, "jax", _two_processes("--prepared", str(corpus.folder)), [{}, {}])
@@ -313,7 +312,7 @@ def test_jax_processes_train_on_their_own_shards_of_a_prepared_corpus(tmp_path, 
     every = ids(prepared.prepared_pairs(corpus, shuffle=False))
     assert sorted(tuple(map(tuple, pair)) for r in reports for pair in r["pairs"]) == sorted(every)
     first, second = (r["tokens_per_step"] for r in reports)
-    assert len(first) == len(second) > 1 and 0 in second and 0 not in first
+    assert len(first) == len(second) > 1
     for a, b in zip(reports[0]["weights"], reports[1]["weights"], strict=True):
         np.testing.assert_array_equal(a, b)
 

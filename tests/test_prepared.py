@@ -98,18 +98,20 @@ def test_repeated_streaming_is_whole_epochs_each_reshuffled(tmp_path, corpus_fil
     assert first != second
 
 
-def test_processes_read_their_own_shards_and_together_every_pair_once(tmp_path, corpus_files, tokenizer):
+def test_processes_read_their_own_pairs_and_together_every_pair_once(tmp_path, corpus_files, tokenizer):
     corpus = prepare(*corpus_files, tmp_path / "data", tokenizer)
     every = ids(prepared.prepared_pairs(corpus, shuffle=False))
     per_process = [
         ids(prepared.prepared_pairs(corpus, seed=2, num_processes=2, process_index=index)) for index in (0, 1)
     ]
-    assert all(per_process)
+    assert sorted(map(len, per_process)) == [corpus.pairs // 2, -(-corpus.pairs // 2)]
     assert sorted(per_process[0] + per_process[1]) == sorted(every)
-    shards = [shard["pairs"] for shard in corpus.shards]
-    assert sorted(map(len, per_process)) == sorted([sum(shards[0::2]), sum(shards[1::2])])
-    with pytest.raises(ValueError, match="fewer than the 50 processes"):
-        prepared.prepared_pairs(corpus, num_processes=50)
+    more_processes_than_shards = len(corpus.shards) + 1
+    shares = [
+        ids(prepared.prepared_pairs(corpus, num_processes=more_processes_than_shards, process_index=index))
+        for index in range(more_processes_than_shards)
+    ]
+    assert all(shares) and sorted(sum(shares, [])) == sorted(every)
 
 
 def test_an_interrupted_preparation_leaves_nothing_readable(tmp_path, corpus_files, tokenizer, monkeypatch):

@@ -41,8 +41,8 @@ CONCURRENT_SEARCHES = 2
 # The transposed copies, by matrix (`utils.derived_tensors`).
 _TRANSPOSED: dict[int, tuple] = {}
 # The threads that search the parts after the first, made at first use in
-# each process (a forked child has none of its parent's threads).
-_SEARCH_THREADS: dict[int, ThreadPoolExecutor] = {}
+# each process (`_forget_search_threads`).
+_SEARCH_THREADS: ThreadPoolExecutor | None = None
 _SEARCH_THREADS_LOCK = threading.Lock()
 
 
@@ -124,12 +124,22 @@ def _cores() -> int:
 
 
 def _search_threads() -> ThreadPoolExecutor:
+    global _SEARCH_THREADS
     with _SEARCH_THREADS_LOCK:
-        process = os.getpid()
-        if process not in _SEARCH_THREADS:
-            _SEARCH_THREADS.clear()
-            _SEARCH_THREADS[process] = ThreadPoolExecutor(CONCURRENT_SEARCHES - 1, thread_name_prefix="search part")
-        return _SEARCH_THREADS[process]
+        if _SEARCH_THREADS is None:
+            _SEARCH_THREADS = ThreadPoolExecutor(CONCURRENT_SEARCHES - 1, thread_name_prefix="search part")
+        return _SEARCH_THREADS
+
+
+def _forget_search_threads() -> None:
+    """In a forked child: none of the parent's threads run there, and the
+    lock may have been copied held by one of them, never to be released."""
+    global _SEARCH_THREADS, _SEARCH_THREADS_LOCK
+    _SEARCH_THREADS, _SEARCH_THREADS_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=_forget_search_threads)
 
 
 def step_logits(backbone) -> Callable:

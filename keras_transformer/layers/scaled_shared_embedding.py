@@ -7,6 +7,7 @@ import keras
 from keras_transformer.layers import products, torch_int8
 from keras_transformer.layers.direct_call import DirectCall
 from keras_transformer.utils import eager_ops as ops
+from keras_transformer.utils import library_internals
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -57,7 +58,9 @@ class ScaledSharedEmbedding(DirectCall, keras.layers.ReversibleEmbedding):
             # it reaches the CPU's bfloat16 units, as every other product does.
             kernel = ops.transpose(self.embeddings) if self.tie_weights else self.reverse_embeddings
             return products.dense(ops.cast(inputs, self.compute_dtype), ops.cast(kernel, self.compute_dtype))
-        return self._scaled(super().call(inputs, reverse=reverse), reverse)
+        if reverse:
+            return super().call(inputs, reverse=True)
+        return self._scaled(inputs, super().call(inputs))
 
     def quantized_call(self, inputs, reverse: bool = False):
         if reverse and self.logit_soft_cap is None and torch_int8.takes_torch_int8(self, inputs):
@@ -69,7 +72,9 @@ class ScaledSharedEmbedding(DirectCall, keras.layers.ReversibleEmbedding):
                 ops.convert_to_tensor(self.reverse_embeddings_scale),
             )
             return torch_int8.linear(inputs, kernel, scale)
-        return self._scaled(super().quantized_call(inputs, reverse=reverse), reverse)
+        if reverse:
+            return super().quantized_call(inputs, reverse=True)
+        return self._scaled(inputs, super().quantized_call(inputs))
 
     def quantize(self, mode=None, type_check=True, config=None):
         # Keras refuses to quantize a subclass of `ReversibleEmbedding`, whose
@@ -79,7 +84,18 @@ class ScaledSharedEmbedding(DirectCall, keras.layers.ReversibleEmbedding):
         # weight from memory at every decoding step.
         super().quantize(mode, type_check=False, config=config)
 
-    def _scaled(self, outputs, reverse: bool):
-        if reverse:
-            return outputs
-        return outputs * ops.cast(self.scale, outputs.dtype)
+    def compute_mask(self, inputs, mask=None):
+        # `ReversibleEmbedding` computes none (it attaches the ids' mask in
+        # `call`, to the unscaled lookup): the ids' padding mask, and none for
+        # the output projection's float inputs.
+        if not self.mask_zero or keras.backend.is_float_dtype(keras.backend.standardize_dtype(inputs.dtype)):
+            return None
+        return ops.not_equal(inputs, 0)
+
+    def _scaled(self, ids, embeddings):
+        """The looked-up `embeddings` times sqrt(d_model), with the ids' mask."""
+        scaled = embeddings * ops.cast(self.scale, embeddings.dtype)
+        mask = self.compute_mask(ids)
+        if mask is not None:
+            library_internals.set_keras_mask(scaled, mask)
+        return scaled

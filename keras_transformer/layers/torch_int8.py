@@ -48,7 +48,7 @@ import warnings
 
 import keras
 
-from keras_transformer.utils.derived_tensors import derived
+from keras_transformer.utils.derived_tensors import derived, version
 
 # Engines whose dynamic int8 linear is FBGEMM's, measured faster than
 # float32 here (benchmarks/RESULTS.md, "Why the code takes these paths").
@@ -127,7 +127,7 @@ def linear(inputs, weight, scale, *, contracted_axes: int = 1, weight_rows_are_o
 
 def _packed(weight, scale, outputs: int, weight_rows_are_outputs: bool):
     """The prepacked weight, made again when the weight or its scale has changed."""
-    state = (id(scale), scale._version)
+    state = (id(scale), version(scale))
     return derived(_PACKED, weight, state, lambda: _pack(weight, scale, outputs, weight_rows_are_outputs))
 
 

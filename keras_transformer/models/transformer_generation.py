@@ -1,6 +1,7 @@
 """What `Transformer` decodes with: `generate`, `translate` and their compiled searches."""
 
 from functools import partial
+from typing import NamedTuple
 
 import keras
 import keras_hub
@@ -39,18 +40,23 @@ class TransformerGeneration:
     def _search_function(self, settings: SearchSettings, with_completion: bool = False):
         """The compiled search for one configuration, cached."""
         key = (settings, with_completion)
-        functions = self._search_cache.functions
+        mode = self._search_mode()
+        functions = self._search_cache.functions.setdefault(mode, {})
         if key not in functions:
-            # XLA on TensorFlow unless compile(jit_compile=False) said otherwise
-            # (whatever training chose for a bfloat16 model).
-            jit_compile = resolve_jit_compile(self._search_cache.jit_compile)
-            functions[key] = compiled_search(self, jit_compile, settings, with_completion)
+            functions[key] = compiled_search(self, mode.jit_compile, settings, with_completion)
         return functions[key]
+
+    def _search_mode(self) -> "SearchMode":
+        """How searches run now: `compile(jit_compile=...)` resolved (XLA on
+        TensorFlow unless it said otherwise, whatever training chose for a
+        bfloat16 model) and `run_eagerly`, which may change between calls."""
+        return SearchMode(bool(self.run_eagerly), resolve_jit_compile(self._search_cache.jit_compile))
 
     @property
     def compiled_searches(self) -> dict:
-        """The searches compiled so far, by `(SearchSettings, with_completion)`."""
-        return dict(self._search_cache.functions)
+        """The searches compiled so far for the current `run_eagerly` and
+        `jit_compile`, by `(SearchSettings, with_completion)`."""
+        return dict(self._search_cache.functions.get(self._search_mode(), {}))
 
     def forget_compiled_searches(self) -> None:
         """Drops the compiled searches: the next `generate` traces its search
@@ -195,11 +201,12 @@ class TransformerGeneration:
     ) -> dict:
         """One search of a batch with an output buffer of `buffer_length`."""
         batch = token_ids["encoder_token_ids"].shape[0]
-        under_xla = keras.config.backend() != "torch" and resolve_jit_compile(self._search_cache.jit_compile)
+        mode = self._search_mode()
+        # Eager operators, like torch's, neither gain from XLA's extra row nor run without Python's lock.
+        under_xla = keras.config.backend() != "torch" and mode.jit_compile and not mode.eagerly
         greedy = settings.beam_size is None
         rows = rows_to_search(batch, greedy=greedy, under_xla=under_xla)
-        compiled = under_xla and not self.run_eagerly  # eager operators, like torch's, hold Python's lock
-        parts = searches_at_once(rows, self.backbone.count_params(), greedy=greedy, under_xla=compiled)
+        parts = searches_at_once(rows, self.backbone.count_params(), greedy=greedy, under_xla=under_xla)
         rows = -(-rows // parts) * parts  # equal parts: one compiled shape
         if rows > batch:  # copies of the last sentence, whose outputs are dropped below
             token_ids = {
@@ -211,7 +218,7 @@ class TransformerGeneration:
             prompt = {key: token_ids[key][:, :buffer_length] for key in ("decoder_token_ids", "decoder_padding_mask")}
             inputs.update(decoder_padded_to(prompt, buffer_length, self.backbone.pad_token_id))
         function = self._search_function(settings, with_completion)
-        shape = (settings, with_completion, parts, *(value.shape for value in inputs.values()))
+        shape = (mode, settings, with_completion, parts, *(value.shape for value in inputs.values()))
         outputs = search_in_parts(function, inputs, parts, at_once=shape in self._search_cache.shapes)
         self._search_cache.shapes.add(shape)
         return {k: v[:batch] for k, v in outputs.items()}
@@ -313,8 +320,16 @@ class TransformerGeneration:
         return limit - (2 if self.preprocessor is None or self.preprocessor.source_start_token else 1)
 
 
+class SearchMode(NamedTuple):
+    """How a model's searches run: each mode has searches of its own."""
+
+    eagerly: bool  # the model's `run_eagerly`
+    jit_compile: bool  # `compile(jit_compile=...)`, resolved
+
+
 class SearchCache:
-    """The compiled searches of a model, by (beam size, alpha, max extra length).
+    """The compiled searches of a model, by `SearchMode`, then by
+    `(SearchSettings, with_completion)`.
 
     Not a `dict`: Keras and TensorFlow track dicts set on a model, and the
     SavedModel writer would then try to save these functions (and fail on

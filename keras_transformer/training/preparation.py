@@ -81,8 +81,7 @@ def prepare_corpus(
         skip_bad: as for `read_parallel`.
         chunk_size: pairs tokenized together, and stored in one record (at
             most `pairs_per_shard`).
-        pairs_per_shard: about this many pairs per shard file (whole chunks);
-            processes of a multi-host run read whole shards.
+        pairs_per_shard: about this many pairs per shard file (whole chunks).
         overwrite: replace a prepared corpus in `out`.
         languages: `(source, target)` language codes of a `datasets.Dataset`
             source, e.g. `("en", "de")`.
@@ -92,9 +91,13 @@ def prepare_corpus(
 
     Raises:
         ValueError: as `read_parallel` on a bad line (then nothing is written),
-            or when `out` is not a folder this may write.
+            when `out` is not a folder this may write, or when `chunk_size`
+            or `pairs_per_shard` is below 1.
     """
     require_text_libraries("prepare_corpus")
+    for name, value in (("chunk_size", chunk_size), ("pairs_per_shard", pairs_per_shard)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a whole number of pairs, at least 1; got {value!r}.")
     out = Path(out)
     _check_writable(out, overwrite)
     report = ReadReport()

@@ -8,7 +8,7 @@ of pairs) that takes more memory than a training host has. A corpus that
 - `PreparedCorpus.open(folder)` reads the manifest; a folder without one (a
   preparation that did not finish) is refused.
 - `prepared_pairs(corpus)` streams the `(source_ids, target_ids)` pairs
-  (interleaved shards, a bounded shuffle buffer, optionally only the shards
+  (interleaved shards, a bounded shuffle buffer, optionally only the share
   of one of several processes), and `prepared_batches(corpus, tokens_per_batch)`
   batches them by tokens with the same code as `token_batches`.
 
@@ -32,6 +32,8 @@ import hashlib
 import json
 import os
 from pathlib import Path
+
+import numpy as np
 
 from keras_transformer.training.data import bucket_batches
 from keras_transformer.training.parallel_text import ReadReport
@@ -140,11 +142,21 @@ def prepared_pairs(
 ) -> tf.data.Dataset:
     """The corpus's `(source_ids, target_ids)` pairs (int32, no special tokens), streamed.
 
-    Shards are read `cycle_length` at a time, interleaved record by record,
-    in an order shuffled each pass; pairs then go through a shuffle buffer
-    of `shuffle_buffer` pairs, so memory does not grow with the corpus.
-    Without shuffling, pairs come in corpus order. With `repeat`, each pass
-    is one whole epoch (every pair once) before the next begins.
+    Shards are read `cycle_length` at a time, interleaved pair by pair, in
+    an order shuffled each pass; pairs then go through a shuffle buffer of
+    `shuffle_buffer` pairs, so memory does not grow with the corpus. Without
+    shuffling, pairs come in corpus order. With `repeat`, each pass is one
+    whole epoch (every pair once) before the next begins.
+
+    Of several processes, each keeps every `num_processes`-th pair of the
+    corpus from its `process_index` (by the pair's place in the corpus, so
+    whatever order each process reads its shards in): every process gets the
+    same number of pairs (give or take one), and together they read every
+    pair once per pass, whatever the number of shards. Shards split among the
+    processes would give them unequal shares, which a process of a
+    step-based run would repeat more often than the others. Each process
+    reads every shard: token ids stored as raw integers cost little to read
+    next to a training step.
 
     Args:
         corpus: a `PreparedCorpus`.
@@ -152,34 +164,36 @@ def prepared_pairs(
         seed: the shuffle seed (the same seed gives the same order).
         shuffle_buffer: pairs in the shuffle buffer.
         repeat: repeat forever, for step-based training.
-        num_processes, process_index: read only the shards of this process
-            (every `num_processes`-th shard from `process_index`): the
-            processes together read every pair once per pass.
+        num_processes, process_index: keep only this process's share.
         cycle_length: shards read at the same time.
 
     Raises:
-        ValueError: more processes than shards, or a bad `process_index`.
+        ValueError: a bad `process_index`.
     """
     require_text_libraries("prepared_pairs")
     if not 0 <= process_index < num_processes:
         raise ValueError(f"process_index must be in [0, {num_processes}); got {process_index}.")
-    if num_processes > len(corpus.shards):
-        raise ValueError(
-            f"{corpus.folder} has {len(corpus.shards)} shards, fewer than the {num_processes} processes "
-            "that each read their own; prepare it with fewer pairs per shard (--pairs-per-shard)."
-        )
     files = [str(corpus.folder / shard["file"]) for shard in corpus.shards]
-    dataset = tf.data.Dataset.from_tensor_slices(files).shard(num_processes, process_index)
+    first_pairs = np.cumsum([0] + [shard["pairs"] for shard in corpus.shards[:-1]], dtype="int64")
+    parse = _record_parser(corpus.id_dtype)
+
+    def pairs_of_shard(file, first_pair):
+        records = tf.data.TFRecordDataset(file).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+        pairs = records.flat_map(lambda sources, targets: tf.data.Dataset.from_tensor_slices((sources, targets)))
+        if num_processes == 1:
+            return pairs
+        ours = pairs.enumerate(first_pair).filter(lambda index, _: index % num_processes == process_index)
+        return ours.map(lambda _, pair: pair)
+
+    dataset = tf.data.Dataset.from_tensor_slices((files, first_pairs))
     if shuffle:
         dataset = dataset.shuffle(len(files), seed=seed)
     dataset = dataset.interleave(
-        tf.data.TFRecordDataset,
+        pairs_of_shard,
         cycle_length=cycle_length if shuffle else 1,
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
-    dataset = dataset.map(_record_parser(corpus.id_dtype), num_parallel_calls=tf.data.AUTOTUNE)
-    dataset = dataset.flat_map(lambda sources, targets: tf.data.Dataset.from_tensor_slices((sources, targets)))
     if shuffle:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed)
     return dataset.repeat() if repeat else dataset

@@ -206,8 +206,8 @@ class TrainingRun:
                 return None
             # Every batch splits evenly over the devices. A resumed run reshuffles
             # with a seed of its step. From a prepared corpus, each process of a
-            # multi-host run reads its own shards and batches its share of the
-            # tokens (distribution.prepare_dataset); with text in memory, every
+            # multi-host run reads its own share of the pairs and batches its
+            # share of the tokens (distribution.prepare_dataset); with text in memory, every
             # process reads the same batches and keeps its rows of each. A corpus
             # of one shard (up to 100,000 pairs) streams in the order that
             # token_batches gives the same pairs in memory.

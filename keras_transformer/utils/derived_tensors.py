@@ -6,6 +6,11 @@ derived from a weight (a packed int8 copy, a transposed copy) stays right for
 as long as the weight's version, and whatever else it was made from, is the
 same. The entry goes when the tensor is freed.
 
+A tensor made under `torch.inference_mode()` (a model loaded there, as many
+torch servers do) has no counter: it can only be written in place under that
+mode too, and such a write is not seen here. Its value is made once per
+tensor (and per `state`).
+
 Example:
 >>> import torch
 >>> cache, weight = {}, torch.ones(2, 3)
@@ -27,10 +32,16 @@ def derived(cache: dict, tensor, state: tuple, make: Callable):
     """`make()`, kept in `cache` for `tensor` until `tensor` is written in
     place, `state` (what else the value was made from) changes, or `tensor`
     is freed."""
-    key, state = id(tensor), (tensor._version, *state)
+    key, state = id(tensor), (version(tensor), *state)
     cached = cache.get(key)
     if cached is not None and cached[0]() is tensor and cached[1] == state:
         return cached[2]
     value = make()
     cache[key] = (weakref.ref(tensor, lambda _: cache.pop(key, None)), state, value)
     return value
+
+
+def version(tensor) -> int | None:
+    """How many times `tensor` was written in place; None for an inference
+    tensor, which does not count them."""
+    return None if tensor.is_inference() else tensor._version

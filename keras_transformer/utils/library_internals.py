@@ -79,6 +79,11 @@ def keras_mask(tensor):
     return keras.src.backend.get_keras_mask(tensor)
 
 
+def set_keras_mask(tensor, mask) -> None:
+    """Attaches a mask to a tensor as Keras' layers do (`keras.src.backend.set_keras_mask`)."""
+    keras.src.backend.set_keras_mask(tensor, mask)
+
+
 def add_special_token(tokenizer, piece: str, name: str) -> None:
     """Declares `piece` as the tokenizer's `<name>` / `<name>_id` (KerasHub's
     own model tokenizers call this protected method the same way)."""

@@ -18,6 +18,8 @@ Example:
 
 import argparse
 
+from keras_transformer.utils.errors import UserError
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -48,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pairs-per-shard",
         type=int,
         default=100_000,
-        help="about this many pairs per shard; each process of a multi-host run reads whole shards",
+        help="about this many pairs per shard, at least 1 (default %(default)s)",
     )
     parser.add_argument("--out", required=True, help="the folder to write")
     parser.add_argument("--overwrite", action="store_true", help="replace a prepared corpus in --out")
@@ -57,6 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from keras_transformer.training import preparation
 
+    if args.pairs_per_shard < 1:  # before the vocabulary's training, which takes a while
+        raise UserError(
+            f"--pairs-per-shard must be at least 1; got {args.pairs_per_shard}. "
+            "Leave it out for 100,000 pairs per shard."
+        )
     tokenizer = _vocabulary(args)
     corpus = preparation.prepare_corpus(
         args.src,
