@@ -241,6 +241,7 @@ def project_app(spec: dict, checkpoint: Path):
     from benchmarks.project import set_threads
     from keras_transformer.generation.settings import SearchSettings
     from keras_transformer.server import ModelEngine, ServiceSettings, TranslationService, app_of, served_model
+    from keras_transformer.server.programs import SearchPrograms
 
     set_threads(spec["threads"])
     model = project_model(checkpoint, spec["precision"], spec["new_tokens"])
@@ -252,6 +253,8 @@ def project_app(spec: dict, checkpoint: Path):
         max_source_bucket=spec["max_source_bucket"],
         name="en-de",
     )
+    # Every search runs `new_tokens` steps: a buffer of that many positions after the start token.
+    engine.programs = SearchPrograms(model, search, buffer_length=lambda width: spec["new_tokens"] + 1)
     service = TranslationService([served_model("en-de", engine, (["en"], ["de"]))], ServiceSettings())
     return app_of(service, warm_up=True)
 

@@ -24,6 +24,7 @@ Example:
 
 import hashlib
 import threading
+from collections.abc import Callable
 
 import keras
 import numpy as np
@@ -38,11 +39,15 @@ class SearchPrograms:
     Args:
         model: a `Transformer`.
         search: the `SearchSettings` every program decodes with.
+        buffer_length: the output buffer (start token included) of a source
+            width; by default the width + `search.max_extra_length`, as
+            `Transformer.generate`'s full buffer.
     """
 
-    def __init__(self, model, search: SearchSettings):
+    def __init__(self, model, search: SearchSettings, buffer_length: Callable[[int], int] | None = None):
         self.model = model
         self.search = search
+        self.buffer_length = buffer_length or (lambda width: width + search.max_extra_length)
         self._programs: dict[tuple[int, int], object] = {}
         self._lock = threading.Lock()  # one compilation at a time: warm-up and a first request may meet
         if keras.config.backend() == "jax":
@@ -85,7 +90,7 @@ class SearchPrograms:
 
     def _inputs(self, token_ids: dict) -> dict:
         size, width = token_ids["encoder_token_ids"].shape
-        buffer = np.zeros((size, width + self.search.max_extra_length), "int32")
+        buffer = np.zeros((size, self.buffer_length(width)), "int32")
         return {
             "encoder_token_ids": np.asarray(token_ids["encoder_token_ids"], "int32"),
             "encoder_padding_mask": np.asarray(token_ids["encoder_padding_mask"], bool),
