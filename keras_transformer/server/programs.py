@@ -99,10 +99,12 @@ class SearchPrograms:
 
     def _signature(self, size: int, width: int) -> str:
         """What the lowered program depends on: the network's configuration,
-        the shapes and types of its weights, the search and the batch shape."""
+        the shapes and types of its weights, the search, the batch shape and
+        the output buffer."""
         backbone = self.model.backbone
         weights = [(tuple(v.shape), str(v.dtype)) for v in self.model.variables]
         parts = (backbone.get_config(), backbone.dtype_policy.name, weights, self.search, size, width)
+        parts += (self.buffer_length(width),)
         return repr(parts)
 
     def _values(self) -> list:
