@@ -98,12 +98,13 @@ class SearchPrograms:
         }
 
     def _signature(self, size: int, width: int) -> str:
-        """What the lowered program depends on: the network's configuration,
+        """What the lowered program depends on: the network's class and configuration,
         the shapes and types of its weights, the search, the batch shape and
         the output buffer."""
         backbone = self.model.backbone
         weights = [(tuple(v.shape), str(v.dtype)) for v in self.model.variables]
-        parts = (backbone.get_config(), backbone.dtype_policy.name, weights, self.search, size, width)
+        network = (type(backbone).__module__, type(backbone).__qualname__, backbone.get_config())
+        parts = (network, backbone.dtype_policy.name, weights, self.search, size, width)
         parts += (self.buffer_length(width),)
         return repr(parts)
 
