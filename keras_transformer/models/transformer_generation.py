@@ -245,23 +245,34 @@ class TransformerGeneration:
         too_long: str = "split",
         verbose: int | str = "auto",
         target_language: str | None = None,
+        split_sentences: bool = True,
+        source_language: str | None = None,
     ) -> list[str] | str:
-        """Translates sentences, in batches of similar length.
+        """Translates texts, sentence by sentence, in batches of similar length.
 
         Inputs are checked before anything runs, and a bad item is named by
         its index. An empty or whitespace-only string (precisely: one with no
         tokens) translates to `""` without running the model. `bytes` are
         decoded as UTF-8.
 
+        Each text is split into its sentences (see
+        `keras_transformer.generation.sentences`), which are translated each on
+        its own, in the same batches as all others, and joined back with the
+        whitespace the text had between them (`"A. B.\\n\\nC."` gives three
+        translations joined by `" "` and `"\\n\\n"`): a model trained on
+        single sentences translates a text of several badly.
+        `split_sentences=False` keeps each text whole, for a model trained on
+        lines of several sentences.
+
         The longest source the model takes is `min(backbone.max_sequence_length,
         preprocessor.encoder_sequence_length) - 2` tokens (`<s>` and `</s>`
         take two). A longer input follows `too_long`, never silently:
 
-        - `"split"` (default): cut it into sentences (see
-          `keras_transformer.generation.sentences.split_sentences`), a sentence that is
-          still too long into pieces of at most that many tokens (at word
-          starts where possible), translate the parts and join them with
-          spaces;
+        - `"split"` (default): cut it into sentences (also with
+          `split_sentences=False`), a sentence that is still too long into
+          pieces of at most that many tokens (at word starts where possible),
+          translate the parts and join them (pieces of a sentence with
+          spaces);
         - `"truncate"`: keep its first tokens, with a warning that counts the
           inputs cut;
         - `"error"`: raise a `ValueError` naming the first such input.
@@ -281,7 +292,13 @@ class TransformerGeneration:
                 translate into, e.g. `"deu"`; by default the tokenizer's
                 `target_language` (`big_en_de` fixes German). A text that
                 starts with its own token (`">>nld<< ..."`) keeps it, and is
-                tokenized as `transformers`' `MarianTokenizer` does.
+                tokenized as `transformers`' `MarianTokenizer` does; each
+                sentence of it gets that token.
+            split_sentences: translate each sentence of a text on its own
+                (default), or each text whole.
+            source_language: the ISO 639-1 code of the texts' language
+                (`"en"`), whose abbreviations ("Dr.", "z. B.") end no
+                sentence; by default generic rules.
 
         Returns:
             The translations, in the order of `texts` (a string for a string).
@@ -301,6 +318,8 @@ class TransformerGeneration:
             too_long=too_long,
             verbose=verbose,
             target_language=target_language,
+            split_sentences=split_sentences,
+            source_language=source_language,
         )
 
     @property

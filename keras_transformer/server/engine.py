@@ -5,8 +5,8 @@ far longer than decoding a batch. So the server decodes only a fixed set of
 shapes, all compiled before it reports ready (`warm_up`):
 
 - source widths in `length_buckets` (multiples of `LENGTH_BUCKET`, the width
-  `translate` pads to, up to `max_source_bucket`); a longer text is cut into sentences
-  that fit, as `translate(too_long="split")` cuts;
+  `translate` pads to, up to `max_source_bucket`); each text is cut into its
+  sentences, as `translate` cuts, and a longer sentence into pieces that fit;
 - batch sizes in `batch_sizes` (powers of two up to `max_batch_size`, fewer
   rows for wide buckets so that no batch holds more than `max_batch_tokens`
   source positions); a batch is filled up to the next of these with copies of
@@ -17,9 +17,9 @@ Example:
 >>> engine = ModelEngine(kt.Transformer.from_preset("multi30k_en_de"), max_batch_size=8, max_source_bucket=32)
 >>> engine.length_buckets, engine.batch_sizes
 ((16, 32), (1, 2, 4, 8))
->>> segments = engine.segments(["Two dogs play in the snow."])
->>> engine.translate_rows([ids for _, ids in segments])
-['Zwei Hunde spielen im Schnee.']
+>>> segments = engine.segments(["Two dogs play in the snow. A man rides a bike."], source_language="en")
+>>> engine.translate_rows([segment.token_ids for segment in segments])
+['Zwei Hunde spielen im Schnee.', 'Ein Mann fährt Fahrrad.']
 """
 
 from collections.abc import Callable
@@ -27,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from keras_transformer.generation.settings import LENGTH_BUCKET, SearchSettings, bucketed
-from keras_transformer.generation.translation import source_segments
+from keras_transformer.generation.translation import Segment, source_segments
 from keras_transformer.models.transformer_preprocessor import SOURCE_SPECIAL_ROOM
 
 
@@ -43,6 +43,9 @@ class ModelEngine:
         max_source_bucket: the widest source the server compiles a search
             for; longer texts are cut into sentences that fit.
         name: the name `/languages` and the logs give the model.
+        split_sentences: translate each sentence of a text on its own (the
+            default), or each text whole (for a model trained on lines of
+            several sentences).
     """
 
     def __init__(
@@ -54,6 +57,7 @@ class ModelEngine:
         max_batch_tokens: int = 2048,
         max_source_bucket: int = 64,
         name: str = "model",
+        split_sentences: bool = True,
     ):
         if model.preprocessor is None:
             raise ValueError("The server translates text: give it a model with a preprocessor.")
@@ -63,6 +67,7 @@ class ModelEngine:
             )
         self.model = model
         self.name = name
+        self.split_sentences = split_sentences
         self.search = search or model.default_search
         widest = min(max_source_bucket, model.max_source_tokens + SOURCE_SPECIAL_ROOM)
         self.length_buckets = tuple(range(LENGTH_BUCKET, widest + 1, LENGTH_BUCKET))
@@ -78,9 +83,19 @@ class ModelEngine:
         """The ISO 639-3 names of a multilingual model's `>>xxx<<` tokens (none for others)."""
         return self.model.preprocessor.tokenizer.target_languages()
 
-    def segments(self, texts: list[str], target_language: str | None = None) -> list[tuple[int, list[int]]]:
-        """`(text index, token ids)` of each sentence to decode (see `source_segments`)."""
-        return source_segments(self.model, texts, target_language=target_language, max_tokens=self.max_sentence_tokens)
+    def segments(
+        self, texts: list[str], target_language: str | None = None, source_language: str | None = None
+    ) -> list[Segment]:
+        """The `Segment`s (sentences, with the spacing between them) to decode
+        of `texts`, in `source_language` (see `source_segments`)."""
+        return source_segments(
+            self.model,
+            texts,
+            target_language=target_language,
+            max_tokens=self.max_sentence_tokens,
+            split_sentences=self.split_sentences,
+            source_language=source_language,
+        )
 
     def bucket_of(self, row: list[int]) -> int:
         """The source width a sentence of these token ids is decoded at."""

@@ -121,11 +121,11 @@ class TranslationService:
             raise ApiError(400, str(error)) from None
         engine, batcher = route.model.engine, route.model.batcher
         try:
-            segments = await asyncio.to_thread(engine.segments, request.texts, route.target_language)
+            segments = await asyncio.to_thread(engine.segments, request.texts, route.target_language, route.source)
         except (TypeError, ValueError) as error:
             raise ApiError(400, f"Invalid request: {error}") from None
         try:
-            future = batcher.submit([ids for _, ids in segments])
+            future = batcher.submit([segment.token_ids for segment in segments])
         except Overloaded as error:
             raise ApiError(429, str(error), {"Retry-After": str(max(1, round(error.retry_after)))}) from None
         except Stopped as error:
