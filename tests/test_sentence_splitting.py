@@ -136,14 +136,16 @@ def test_joined_texts_translate_as_their_sentences_one_by_one_with_the_shipped_p
 
 def _served(model, **engine_options):
     from keras_transformer.generation.settings import SearchSettings
-    from keras_transformer.server import ModelEngine, TranslationService, app_of, served_model
+    from keras_transformer.server import ModelEngine, ServiceSettings, TranslationService, app_of, served_model
 
     engine = ModelEngine(model, search=SearchSettings(beam_size=None), name="en_de", **engine_options)
-    return app_of(TranslationService([served_model("en_de", engine, (["en"], ["de"]))]), warm_up=False), engine
+    # Not warmed up: a request's deadline must leave room to compile its shapes.
+    service = TranslationService([served_model("en_de", engine, (["en"], ["de"]))], ServiceSettings(timeout_s=600))
+    return app_of(service, warm_up=False), engine
 
 
-def _post_all(app, texts: list[str], per_request: int = 50) -> list[str]:
-    """`/translate`'s answers to `texts`, `per_request` texts a request."""
+def _post_all(app, texts: list[str], per_request: int = 20) -> list[str]:
+    """`/translate`'s answers to `texts`, `per_request` texts a request (within its 5,000 characters)."""
     from starlette.testclient import TestClient
 
     answers = []
@@ -220,3 +222,20 @@ def test_joined_texts_through_the_server_score_as_their_sentences_one_by_one(fli
     app, _ = _served(flickr["model"])
     translations = [text.replace("\n", " ") for text in _post_all(app, flickr["texts"])]
     assert _bleu(translations, flickr["references"]) == pytest.approx(flickr["bleu"], abs=BLEU_TOLERANCE)
+
+
+def test_generate_translates_each_sentence_of_a_text_in_one_batch(trained_model, monkeypatch):
+    rows = []
+    search = trained_model._search
+
+    def recording(token_ids, *args, **kwargs):
+        rows.append(len(token_ids["encoder_token_ids"]))
+        return search(token_ids, *args, **kwargs)
+
+    monkeypatch.setattr(trained_model, "_search", recording)
+    text = f"{SOURCES[0]} {SOURCES[1]}\n{SOURCES[2]}"
+    assert trained_model.generate([text, ""], beam_size=None) == [f"{TARGETS[0]} {TARGETS[1]}\n{TARGETS[2]}", ""]
+    assert set(rows) == {3}  # one batch of the three sentences
+    rows.clear()
+    trained_model.generate(text, beam_size=None, split_sentences=False)
+    assert set(rows) == {1}

@@ -20,7 +20,13 @@ from keras_transformer.generation.batches import (
 )
 from keras_transformer.generation.decoding import compiled_search, resolve_jit_compile
 from keras_transformer.generation.settings import SearchSettings
-from keras_transformer.generation.translation import to_list, tokenize, translate_texts
+from keras_transformer.generation.translation import (
+    join_segments,
+    source_segments,
+    to_list,
+    tokenize,
+    translate_texts,
+)
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 
 # Sentences end long before section 6.1's source + 50 limit (Multi30k: 13 to
@@ -96,6 +102,8 @@ class TransformerGeneration:
         alpha: float | None = None,
         max_extra_length: int | None = None,
         target_language: str | None = None,
+        split_sentences: bool = True,
+        source_language: str | None = None,
     ):
         """Translates one batch.
 
@@ -130,6 +138,9 @@ class TransformerGeneration:
                 to translate into (`"deu"`), whose token (`>>deu<<`) is put
                 before each text without one; by default the tokenizer's own
                 `target_language`. See `translate`.
+            split_sentences, source_language: as in `translate`: texts
+                without a target prefix are translated sentence by sentence
+                (all in this one batch) and joined back with their spacing.
 
         Returns:
             Strings (with a preprocessor; one string for one string in), or
@@ -140,14 +151,29 @@ class TransformerGeneration:
         if is_dataset(inputs):
             results = [
                 self.generate(
-                    batch, max_length, stop_token_ids, strip_prompt, search=settings, target_language=target_language
+                    batch,
+                    max_length,
+                    stop_token_ids,
+                    strip_prompt,
+                    search=settings,
+                    target_language=target_language,
+                    split_sentences=split_sentences,
+                    source_language=source_language,
                 )
                 for batch in inputs.as_numpy_iterator()
             ]
             return concatenate(results, self.backbone.pad_token_id)
         texts = text_batch(inputs)
+        segments = None  # a text's sentences, when it is split into them
         if texts is None:
             token_ids = token_id_batch(inputs)
+        elif texts.prefixes is None and split_sentences and self.preprocessor is not None:
+            segments = source_segments(
+                self, texts.sources, target_language=target_language, source_language=source_language
+            )
+            if not segments:  # only empty texts
+                return "" if texts.single else [""] * len(texts.sources)
+            token_ids = self.preprocessor.pack_sources([segment.token_ids for segment in segments])
         else:
             if self.preprocessor is None:
                 raise ValueError(
@@ -188,6 +214,8 @@ class TransformerGeneration:
             return outputs
         translations = self.preprocessor.generate_postprocess(outputs)
         translations = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in to_list(translations)]
+        if segments is not None:
+            translations = join_segments(len(texts.sources), segments, translations)
         return translations[0] if texts is not None and texts.single else translations
 
     def _search(
