@@ -239,3 +239,18 @@ def test_generate_translates_each_sentence_of_a_text_in_one_batch(trained_model,
     rows.clear()
     trained_model.generate(text, beam_size=None, split_sentences=False)
     assert set(rows) == {1}
+
+
+def test_each_sentence_of_a_multilingual_model_s_text_starts_with_its_language_token(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    from marian_fixtures import SOURCE_SENTENCES, write_multilingual_repo
+
+    model = kt.Transformer.from_preset(str(write_multilingual_repo(tmp_path / "gmw")["folder"]))
+    tokenizer = model.preprocessor.tokenizer
+    text = f"{SOURCE_SENTENCES[0]} {SOURCE_SENTENCES[1]}"
+    for texts, language, tag in (([text], "nld", ">>nld<<"), ([f">>deu<< {text}"], "nld", ">>deu<<")):
+        segments = source_segments(model, texts, target_language=language)
+        assert [segment.token_ids for segment in segments] == tokenize(
+            tokenizer, [f"{tag} {sentence}" for sentence in SOURCE_SENTENCES[:2]]
+        )

@@ -108,9 +108,10 @@ def source_segments(
             "preprocessor's encoder_sequence_length or the backbone's max_sequence_length."
         )
     tokenizer = model.preprocessor.tokenizer
+    multilingual = bool(tokenizer.language_tag_ids())  # else ">>" starts no language token, but a quote
     sources = []  # (text index, source, spacing after it)
     for index, text in enumerate(tokenizer.with_target_language(texts, target_language)):
-        tag, body = split_language_tag(text)
+        tag, body = split_language_tag(text) if multilingual else (None, text)
         if split_sentences:
             parts = sentences.split_sentences(body, source_language)
         else:
@@ -162,7 +163,8 @@ def _fitted(tokenizer, sources, token_ids, max_tokens, too_long, source_language
         elif too_long == "truncate":
             pieces = [(body[:space], spacing)]
         else:
-            pieces = split_for_translation(tokenizer, split_language_tag(source)[1], space, source_language)
+            text = split_language_tag(source)[1] if tag else source
+            pieces = split_for_translation(tokenizer, text, space, source_language)
             pieces[-1] = (pieces[-1][0], spacing)
         segments.extend(Segment(index, tag + ids, piece_spacing) for ids, piece_spacing in pieces)
     return segments
