@@ -20,13 +20,7 @@ from keras_transformer.generation.batches import (
 )
 from keras_transformer.generation.decoding import compiled_search, resolve_jit_compile
 from keras_transformer.generation.settings import SearchSettings
-from keras_transformer.generation.translation import (
-    join_segments,
-    source_segments,
-    to_list,
-    tokenize,
-    translate_texts,
-)
+from keras_transformer.generation.translation import join_segments, source_segments, to_list, tokenize, translate_texts
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 
 # Sentences end long before section 6.1's source + 50 limit (Multi30k: 13 to
@@ -149,17 +143,11 @@ class TransformerGeneration:
         _check_stop_token_ids(self.backbone, stop_token_ids)
         settings = self._search_settings(search, beam_size, alpha, max_extra_length)
         if is_dataset(inputs):
+            options = dict(
+                target_language=target_language, split_sentences=split_sentences, source_language=source_language
+            )
             results = [
-                self.generate(
-                    batch,
-                    max_length,
-                    stop_token_ids,
-                    strip_prompt,
-                    search=settings,
-                    target_language=target_language,
-                    split_sentences=split_sentences,
-                    source_language=source_language,
-                )
+                self.generate(batch, max_length, stop_token_ids, strip_prompt, search=settings, **options)
                 for batch in inputs.as_numpy_iterator()
             ]
             return concatenate(results, self.backbone.pad_token_id)
