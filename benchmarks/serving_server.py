@@ -137,9 +137,7 @@ class CTranslate2Engine:
     def target_languages(self) -> list[str]:
         return []
 
-    def segments(
-        self, texts: list[str], target_language: str | None = None, source_language: str | None = None
-    ):
+    def segments(self, texts: list[str], target_language: str | None = None, source_language: str | None = None):
         from keras_transformer.generation.translation import Segment
 
         return [Segment(index, ids) for index, ids in enumerate(self.tokenize(texts))]
