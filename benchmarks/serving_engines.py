@@ -77,7 +77,7 @@ def main() -> None:
 
     with gzip.open(TEST_SOURCES, "rt", encoding="utf-8") as file:
         texts = [next(file).strip() for _ in range(BATCH)]
-    rows = [ids for _, ids in engine.segments(texts)][:BATCH]
+    rows = [segment.token_ids for segment in engine.segments(texts)][:BATCH]
     translations = engine.translate_rows(rows)
     times = []
     for _ in range(args.repeats):

@@ -137,8 +137,10 @@ class CTranslate2Engine:
     def target_languages(self) -> list[str]:
         return []
 
-    def segments(self, texts: list[str], target_language: str | None = None) -> list[tuple[int, list[int]]]:
-        return list(enumerate(self.tokenize(texts)))
+    def segments(self, texts: list[str], target_language: str | None = None, source_language: str | None = None):
+        from keras_transformer.generation.translation import Segment
+
+        return [Segment(index, ids) for index, ids in enumerate(self.tokenize(texts))]
 
     def bucket_of(self, row: list[int]) -> int:
         return ONE_QUEUE

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from keras import ops
 
 from helpers import PAIRS, REPO_ROOT, TINY_TRAIN_ARGUMENTS
-from keras_transformer.generation.sentences import split_sentences
 from keras_transformer.generation.translation import tokenize
 from keras_transformer.training import checkpoints
 from keras_transformer.training.callbacks import CURVES_CSV, read_curves
@@ -89,20 +88,6 @@ def test_packed_sources_match_the_preprocessor(tiny_model):
 # --- Too long -----------------------------------------------------------
 
 
-def test_sentence_splitting():
-    assert split_sentences("He came. Did he? Yes! Pi is 3.14 … ok") == [
-        "He came.",
-        "Did he?",
-        "Yes!",
-        "Pi is 3.14 …",
-        "ok",
-    ]
-    assert split_sentences('"Stop." she said.\n(Then left.) ') == ['"Stop."', "she said.", "(Then left.)"]
-    assert split_sentences("雨です。晴れ！本当？") == ["雨です。", "晴れ！", "本当？"]
-    assert split_sentences("no end") == ["no end"]
-    assert split_sentences("  ") == []
-
-
 def test_too_long_input_is_split_at_sentences_and_joined(trained_model, monkeypatch):
     room = trained_model.max_source_tokens
     assert room == 14  # preprocessor length 16 minus <s> </s>
@@ -127,10 +112,12 @@ def test_too_long_sentence_is_split_on_token_count_at_word_starts(tiny_model, mo
 
 def test_too_long_error_and_truncate_policies(tiny_model, monkeypatch):
     with pytest.raises(ValueError, match=r"texts\[1\] has \d+ tokens, more than the 14 .*1 input"):
-        tiny_model.translate(["a dog .", LONG_TEXT], too_long="error")
+        tiny_model.translate(["a dog .", LONG_TEXT], too_long="error", split_sentences=False)
     batches = record_batches(tiny_model, monkeypatch)
     with pytest.warns(UserWarning, match="1 input.* truncated to 14 tokens"):
-        tiny_model.translate(["a dog .", LONG_TEXT], too_long="truncate", beam_size=None, max_extra_length=2)
+        tiny_model.translate(
+            ["a dog .", LONG_TEXT], too_long="truncate", beam_size=None, max_extra_length=2, split_sentences=False
+        )
     short = len(tokenize(tiny_model.preprocessor.tokenizer, ["a dog ."])[0])
     assert sorted(int(np.sum(row != 0)) - 2 for row in batches[0]) == [short, 14]
     with pytest.raises(ValueError, match="too_long must be one of"):

@@ -27,7 +27,7 @@ GREEDY = SearchSettings(beam_size=None)
     "search", [SearchSettings(beam_size=None), SearchSettings(beam_size=2)], ids=["greedy", "beam"]
 )
 def test_a_program_translates_as_generate_does(trained_model, search):
-    rows = [ids for _, ids in ModelEngine(trained_model).segments(SOURCES[:3])]
+    rows = [segment.token_ids for segment in ModelEngine(trained_model).segments(SOURCES[:3])]
     token_ids = trained_model.preprocessor.pack_sources(rows)
     programs = SearchPrograms(trained_model, search)
     found = [str(text) for text in trained_model.preprocessor.generate_postprocess(programs.run(token_ids))]
@@ -41,7 +41,7 @@ def test_after_warm_up_no_batch_waits_for_a_compiler(trained_model):
     engine.warm_up()
     assert [engine.programs.compiled(width) for width in engine.length_buckets] == [[1]] * len(engine.length_buckets)
     assert engine.rows_per_batch(16) == 1  # what the batcher takes: only compiled sizes
-    rows = [ids for _, ids in engine.segments(SOURCES[:3])]
+    rows = [segment.token_ids for segment in engine.segments(SOURCES[:3])]
     assert engine.translate_rows(rows) == trained_model.translate(SOURCES[:3], search=engine.search)
     assert [engine.programs.compiled(width) for width in engine.length_buckets] == [[1]] * len(engine.length_buckets)
 
@@ -75,5 +75,5 @@ def test_models_of_the_same_dimensions_share_one_program_on_jax(trained_model, t
         engine.warm_up()
     assert len(set(map(id, programs_module._EXECUTABLES.values()))) - before <= 1  # one, unless compiled before
     for engine in engines:  # each with its own weights
-        rows = [ids for _, ids in engine.segments(SOURCES[:1])]
+        rows = [segment.token_ids for segment in engine.segments(SOURCES[:1])]
         assert engine.translate_rows(rows) == engine.model.translate(SOURCES[:1], search=GREEDY)

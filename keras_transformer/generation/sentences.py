@@ -1,33 +1,72 @@
-"""Splitting a long text into sentences, so that each fits the model.
+"""Splitting a text into sentences, and keeping the spacing between them.
 
-`Transformer.translate` translates an input longer than the model's maximum
-source length sentence by sentence. The rule is deliberately simple (a
-regular expression, no abbreviation list): a sentence ends at `.`, `!`, `?`
-or `…` (with any closing quotes or brackets) followed by whitespace, or at
-the CJK full-width `。`, `！`, `？`, which need no space after them. An
-abbreviation such as "Mr." may thus end a "sentence"; for translating a text
-that is too long as a whole, a cut there costs little.
+A model trained on single sentences (Multi30k, most of Opus-MT's data)
+translates a text of several badly: it merges, drops or garbles them. So
+`Transformer.translate` and the server translate each sentence of a text on
+its own and join the translations with the whitespace the text had between
+its sentences (`" "`, `"\\n\\n"`, ...).
+
+The splitter is sentencex (Wikimedia's): rule-based, no model to download,
+with abbreviation lists for some 300 languages (English, German, French,
+Hindi and Opus-MT's languages among them; an unknown code falls back to
+generic rules), so that "Dr. Smith", "z. B." and "3.5" stay whole. pysbd has
+rules for 22 languages only. sentencex ends sentences at paragraph breaks but
+not at a single line break; here a line break ends one too (a greeting, a
+list item, a line without a full stop), unless a lowercase letter follows it:
+then it is a hard-wrapped line that goes on.
 
 Example:
->>> split_sentences('He came. "Did he?" Yes!  今日は晴れ。明日は雨？')
-['He came.', '"Did he?"', 'Yes!', '今日は晴れ。', '明日は雨？']
+>>> split_sentences("Dr. Smith paid 3.5 dollars. He left!\\n\\nDas ist z. B. gut.")
+[('Dr. Smith paid 3.5 dollars.', ' '), ('He left!', '\\n\\n'), ('Das ist z. B. gut.', '')]
+>>> join_sentences(["A.", "B.", "C."], [" ", "\\n\\n", ""])
+'A. B.\\n\\nC.'
 """
 
 import re
 
-# A run of terminators, then closing quotes or brackets; Latin ones must be
-# followed by whitespace ("3.14" and "e.g.x" are not boundaries), CJK ones not.
-_SENTENCE_END = re.compile(r"[.!?…]+[\"'”’»)\]]*(?=\s)|[。！？]+[」』”’）]*")
+import sentencex
+
+# sentencex's rules for a language it has no rules of (and for no language given).
+GENERIC_LANGUAGE = "en"
+# A line break, and the first character of the next line.
+_LINE_BREAK = re.compile(r"\n\s*(\S)")
 
 
-def split_sentences(text: str) -> list[str]:
-    """The sentences of `text`, stripped, without empty ones.
+def split_sentences(text: str, language: str | None = None) -> list[tuple[str, str]]:
+    """The sentences of `text`, stripped, each with the whitespace that follows
+    it (`""` after the last); none for a text of whitespace only.
 
-    Joining them with spaces gives `text` back up to whitespace.
+    Args:
+        text: the text.
+        language: its ISO 639-1 code (`"de"`), for the language's
+            abbreviations; by default generic rules.
     """
-    sentences, start = [], 0
-    for match in _SENTENCE_END.finditer(text):
-        sentences.append(text[start : match.end()])
-        start = match.end()
-    sentences.append(text[start:])
-    return [s.strip() for s in sentences if s.strip()]
+    sentences, position = [], 0
+    pieces = (piece for line in _lines(text) for piece in sentencex.segment(language or GENERIC_LANGUAGE, line))
+    for piece in pieces:
+        sentence = piece.strip()
+        if sentence:
+            # The pieces come in order: what lies between two sentences is whitespace.
+            start = text.index(sentence, position)
+            if sentences:
+                sentences[-1] = (sentences[-1][0], text[position:start])
+            sentences.append((sentence, ""))
+            position = start + len(sentence)
+    return sentences
+
+
+def _lines(text: str) -> list[str]:
+    """`text` cut before each line break that a lowercase letter does not follow."""
+    lines, start = [], 0
+    for match in _LINE_BREAK.finditer(text):
+        if not match.group(1).islower():
+            lines.append(text[start : match.start()])
+            start = match.start()
+    return lines + [text[start:]]
+
+
+def join_sentences(translations: list[str], spacing: list[str]) -> str:
+    """`translations` joined, each followed by its `spacing` but the last; an
+    empty translation and the spacing after it are left out."""
+    kept = [(text, space) for text, space in zip(translations, spacing) if text]
+    return "".join(text + space for text, space in kept[:-1]) + (kept[-1][0] if kept else "")

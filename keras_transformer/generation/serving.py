@@ -34,9 +34,10 @@ A multilingual model (target-language tokens such as `>>deu<<`) is exported
 with its target language (`target_language=`, or the tokenizer's own): its
 token starts every input that has none.
 
-The graph differs from `Transformer.translate` in one way: a source longer
-than the model takes (`model.max_source_tokens`) is truncated, as
-`translate(too_long="truncate")` does, since sentence splitting is Python.
+The graph differs from `Transformer.translate` in one way: sentence splitting
+is Python, so each input is translated whole and one longer than the model
+takes (`model.max_source_tokens`) is truncated, as
+`translate(too_long="truncate", split_sentences=False)` does.
 Empty inputs translate to `""`, as in `translate`.
 
 Export runs on the TensorFlow backend only (the graph is a `tf.function`);

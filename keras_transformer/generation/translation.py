@@ -1,19 +1,22 @@
 """Translating any number of texts of any length, in batches of similar length.
 
 `translate_texts` is what `Transformer.translate` runs: it checks every
-input, cuts texts longer than the model takes (by sentences, then at word
-starts) or truncates or refuses them as asked, sorts the pieces by length,
-decodes them `batch_size` at a time with the model's `generate` (every
-batch of a call the same size, so that they share compiled searches), and puts
-the translations back together in the order given. A multilingual model's
-target-language token (`>>deu<<`) starts every piece of a text.
+input, splits each text into its sentences (`source_segments`; the server
+splits its requests' texts there too), cuts sentences longer than the model
+takes at word starts or truncates or refuses them as asked, sorts the pieces
+by length, decodes them `batch_size` at a time with the model's `generate`
+(every batch of a call the same size, so that they share compiled searches),
+and joins the translations back into texts, with each text's own spacing
+between its sentences (`join_segments`), in the order given. A multilingual
+model's target-language token (`>>deu<<`) starts every piece of a text.
 """
 
 import warnings
+from typing import NamedTuple
 
 import keras
 
-from keras_transformer.generation.sentences import split_sentences
+from keras_transformer.generation import sentences
 from keras_transformer.generation.settings import SearchSettings
 from keras_transformer.utils.language_tags import split_language_tag
 
@@ -31,6 +34,8 @@ def translate_texts(
     too_long: str,
     verbose: int | str,
     target_language: str | None = None,
+    split_sentences: bool = True,
+    source_language: str | None = None,
 ) -> list[str] | str:
     """See `Transformer.translate`; `model` is a `Transformer`."""
     if batch_size < 1:
@@ -39,9 +44,16 @@ def translate_texts(
         raise ValueError("translate() needs a model with a preprocessor; use generate() with token ids.")
     single = isinstance(texts, (str, bytes))
     texts = check_texts([texts] if single else texts)
-    segments = source_segments(model, texts, too_long=too_long, target_language=target_language)
+    segments = source_segments(
+        model,
+        texts,
+        too_long=too_long,
+        target_language=target_language,
+        split_sentences=split_sentences,
+        source_language=source_language,
+    )
 
-    order = sorted(range(len(segments)), key=lambda s: len(segments[s][1]))
+    order = sorted(range(len(segments)), key=lambda s: len(segments[s].token_ids))
     num_batches = -(-len(segments) // batch_size)
     if verbose == "auto":
         verbose = int(num_batches > PROGRESS_MIN_BATCHES)
@@ -49,7 +61,7 @@ def translate_texts(
     outputs = [""] * len(segments)
     for start in range(0, len(segments), batch_size):
         batch = order[start : start + batch_size]
-        sources = [segments[s][1] for s in batch]
+        sources = [segments[s].token_ids for s in batch]
         if start > 0:
             # The last batch, when partial, is filled up with copies of its
             # longest source: a batch size of its own would compile a new
@@ -64,6 +76,14 @@ def translate_texts(
     return results[0] if single else results
 
 
+class Segment(NamedTuple):
+    """One row to decode: a sentence (or a piece of one) of `texts[text_index]`."""
+
+    text_index: int
+    token_ids: list[int]
+    spacing: str = ""  # what the text has between it and the next segment
+
+
 def source_segments(
     model,
     texts: list[str],
@@ -71,11 +91,14 @@ def source_segments(
     too_long: str = "split",
     target_language: str | None = None,
     max_tokens: int | None = None,
-) -> list[tuple[int, list[int]]]:
-    """Each of `texts` (checked strings) as one or more `(input index, token
-    ids)` of at most `max_tokens` tokens (by default the most the model takes), as
-    `too_long` says; an empty text has none. A multilingual model's language
-    token starts each one."""
+    split_sentences: bool = True,
+    source_language: str | None = None,
+) -> list[Segment]:
+    """Each of `texts` (checked strings) as the `Segment`s to decode: its
+    sentences (`split_sentences`, in `source_language`), or the whole text,
+    each of at most `max_tokens` tokens (by default the most the model takes)
+    as `too_long` says; an empty text has none. A multilingual model's
+    language token starts each one."""
     if too_long not in TOO_LONG_POLICIES:
         raise ValueError(f"too_long must be one of {TOO_LONG_POLICIES}; got {too_long!r}.")
     max_tokens = model.max_source_tokens if max_tokens is None else min(max_tokens, model.max_source_tokens)
@@ -85,26 +108,39 @@ def source_segments(
             "preprocessor's encoder_sequence_length or the backbone's max_sequence_length."
         )
     tokenizer = model.preprocessor.tokenizer
-    texts = tokenizer.with_target_language(texts, target_language)
-    token_ids = tokenize(tokenizer, texts) if texts else []
-    return _segments(tokenizer, texts, token_ids, max_tokens, too_long)
+    multilingual = bool(tokenizer.language_tag_ids())  # else ">>" starts no language token, but a quote
+    sources = []  # (text index, source, spacing after it)
+    for index, text in enumerate(tokenizer.with_target_language(texts, target_language)):
+        tag, body = split_language_tag(text) if multilingual else (None, text)
+        if split_sentences:
+            parts = sentences.split_sentences(body, source_language)
+        else:
+            parts = [(body.strip(), "")] if body.strip() else []
+        # A text's language token starts each of its sentences.
+        sources.extend((index, f"{tag} {part}" if tag else part, space) for part, space in parts)
+    token_ids = tokenize(tokenizer, [source for _, source, _ in sources]) if sources else []
+    return _fitted(tokenizer, sources, token_ids, max_tokens, too_long, source_language)
 
 
-def join_segments(num_texts: int, segments: list[tuple[int, list[int]]], translations: list[str]) -> list[str]:
-    """The translation of each text: its segments' translations, in order, joined by spaces."""
-    results = [[] for _ in range(num_texts)]
-    for (index, _), text in zip(segments, translations):
-        results[index].append(text)
-    return [" ".join(t for t in parts if t) for parts in results]
+def join_segments(num_texts: int, segments: list[Segment], translations: list[str]) -> list[str]:
+    """The translation of each text: its segments' translations, in order,
+    joined by the spacing the text had between them."""
+    parts = [([], []) for _ in range(num_texts)]
+    for segment, text in zip(segments, translations):
+        parts[segment.text_index][0].append(text)
+        parts[segment.text_index][1].append(segment.spacing)
+    return [sentences.join_sentences(*text_parts) for text_parts in parts]
 
 
-def _segments(tokenizer, texts, token_ids, max_tokens, too_long) -> list[tuple[int, list[int]]]:
-    """Each input as one or more `(input index, token ids)` of at most `max_tokens` tokens."""
-    too_long_inputs = [i for i, ids in enumerate(token_ids) if len(ids) > max_tokens]
+def _fitted(tokenizer, sources, token_ids, max_tokens, too_long, source_language) -> list[Segment]:
+    """`Segment`s of `sources` (`(text index, source, spacing)`) and their
+    `token_ids`, each of at most `max_tokens` tokens as `too_long` says."""
+    too_long_inputs = sorted({sources[s][0] for s, ids in enumerate(token_ids) if len(ids) > max_tokens})
     if too_long_inputs and too_long == "error":
         first = too_long_inputs[0]
+        longest = max(len(ids) for (index, _, _), ids in zip(sources, token_ids) if index == first)
         raise ValueError(
-            f"texts[{first}] has {len(token_ids[first])} tokens, more than the {max_tokens} this "
+            f"texts[{first}] has {longest} tokens, more than the {max_tokens} this "
             f"model takes ({len(too_long_inputs)} input(s) are too long); pass "
             "too_long='split' or too_long='truncate'."
         )
@@ -117,17 +153,20 @@ def _segments(tokenizer, texts, token_ids, max_tokens, too_long) -> list[tuple[i
         )
     tags = set(tokenizer.language_tag_ids())
     segments = []
-    for index, ids in enumerate(token_ids):
-        # A text's language token starts each of its parts; alone, it is no text.
+    for (index, source, spacing), ids in zip(sources, token_ids):
         tag = ids[:1] if ids and ids[0] in tags else []
         body, space = ids[len(tag) :], max_tokens - len(tag)
+        if not body:  # a language token alone is no text
+            continue
         if len(body) <= space:
-            parts = [body] if body else []
+            pieces = [(body, spacing)]
         elif too_long == "truncate":
-            parts = [body[:space]]
+            pieces = [(body[:space], spacing)]
         else:
-            parts = split_for_translation(tokenizer, split_language_tag(texts[index])[1], space)
-        segments.extend((index, tag + part) for part in parts)
+            text = split_language_tag(source)[1] if tag else source
+            pieces = split_for_translation(tokenizer, text, space, source_language)
+            pieces[-1] = (pieces[-1][0], spacing)
+        segments.extend(Segment(index, tag + ids, piece_spacing) for ids, piece_spacing in pieces)
     return segments
 
 
@@ -136,22 +175,28 @@ def tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
     return [list(row) for row in to_list(tokenizer(texts))]
 
 
-def split_for_translation(tokenizer, text: str, max_tokens: int) -> list[list[int]]:
+def split_for_translation(
+    tokenizer, text: str, max_tokens: int, source_language: str | None = None
+) -> list[tuple[list[int], str]]:
     """Token ids of the sentences of `text`, too long ones cut to `max_tokens`
-    (without the language token a tokenizer may add to each)."""
+    at word starts (without the language token a tokenizer may add to each),
+    each with the spacing after it: the text's between sentences, a space
+    between the pieces of one."""
     vocabulary = None
-    parts = []
+    pieces = []
     tags = set(tokenizer.language_tag_ids())
-    for ids in tokenize(tokenizer, split_sentences(text)):
+    text_sentences = sentences.split_sentences(text, source_language)
+    token_ids = tokenize(tokenizer, [sentence for sentence, _ in text_sentences]) if text_sentences else []
+    for ids, (_, spacing) in zip(token_ids, text_sentences):
         ids = ids[1:] if ids and ids[0] in tags else ids
         while len(ids) > max_tokens:
             vocabulary = vocabulary or tokenizer.get_vocabulary()
             cut = word_start_before(ids, max_tokens, vocabulary)
-            parts.append(ids[:cut])
+            pieces.append((ids[:cut], " "))
             ids = ids[cut:]
         if ids:
-            parts.append(ids)
-    return parts
+            pieces.append((ids, spacing))
+    return pieces
 
 
 def word_start_before(ids: list[int], max_tokens: int, vocabulary: list[str]) -> int:

@@ -21,7 +21,7 @@ from keras_transformer.generation.batches import (
 )
 from keras_transformer.generation.decoding import compiled_search, resolve_jit_compile
 from keras_transformer.generation.settings import SearchSettings
-from keras_transformer.generation.translation import to_list, tokenize, translate_texts
+from keras_transformer.generation.translation import join_segments, source_segments, to_list, tokenize, translate_texts
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 
 # Sentences end long before section 6.1's source + 50 limit (Multi30k: 13 to
@@ -102,6 +102,8 @@ class TransformerGeneration:
         alpha: float | None = None,
         max_extra_length: int | None = None,
         target_language: str | None = None,
+        split_sentences: bool = True,
+        source_language: str | None = None,
     ):
         """Translates one batch.
 
@@ -136,6 +138,9 @@ class TransformerGeneration:
                 to translate into (`"deu"`), whose token (`>>deu<<`) is put
                 before each text without one; by default the tokenizer's own
                 `target_language`. See `translate`.
+            split_sentences, source_language: as in `translate`: texts
+                without a target prefix are translated sentence by sentence
+                (all in this one batch) and joined back with their spacing.
 
         Returns:
             Strings (with a preprocessor; one string for one string in), or
@@ -144,16 +149,25 @@ class TransformerGeneration:
         _check_stop_token_ids(self.backbone, stop_token_ids)
         settings = self._search_settings(search, beam_size, alpha, max_extra_length)
         if is_dataset(inputs):
+            options = dict(
+                target_language=target_language, split_sentences=split_sentences, source_language=source_language
+            )
             results = [
-                self.generate(
-                    batch, max_length, stop_token_ids, strip_prompt, search=settings, target_language=target_language
-                )
+                self.generate(batch, max_length, stop_token_ids, strip_prompt, search=settings, **options)
                 for batch in inputs.as_numpy_iterator()
             ]
             return concatenate(results, self.backbone.pad_token_id)
         texts = text_batch(inputs)
+        segments = None  # a text's sentences, when it is split into them
         if texts is None:
             token_ids = token_id_batch(inputs)
+        elif texts.prefixes is None and split_sentences and self.preprocessor is not None:
+            segments = source_segments(
+                self, texts.sources, target_language=target_language, source_language=source_language
+            )
+            if not segments:  # only empty texts
+                return "" if texts.single else [""] * len(texts.sources)
+            token_ids = self.preprocessor.pack_sources([segment.token_ids for segment in segments])
         else:
             if self.preprocessor is None:
                 raise ValueError(
@@ -194,6 +208,8 @@ class TransformerGeneration:
             return outputs
         translations = self.preprocessor.generate_postprocess(outputs)
         translations = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in to_list(translations)]
+        if segments is not None:
+            translations = join_segments(len(texts.sources), segments, translations)
         return translations[0] if texts is not None and texts.single else translations
 
     def _search(
@@ -252,23 +268,34 @@ class TransformerGeneration:
         too_long: str = "split",
         verbose: int | str = "auto",
         target_language: str | None = None,
+        split_sentences: bool = True,
+        source_language: str | None = None,
     ) -> list[str] | str:
-        """Translates sentences, in batches of similar length.
+        """Translates texts, sentence by sentence, in batches of similar length.
 
         Inputs are checked before anything runs, and a bad item is named by
         its index. An empty or whitespace-only string (precisely: one with no
         tokens) translates to `""` without running the model. `bytes` are
         decoded as UTF-8.
 
+        Each text is split into its sentences (see
+        `keras_transformer.generation.sentences`), which are translated each on
+        its own, in the same batches as all others, and joined back with the
+        whitespace the text had between them (`"A. B.\\n\\nC."` gives three
+        translations joined by `" "` and `"\\n\\n"`): a model trained on
+        single sentences translates a text of several badly.
+        `split_sentences=False` keeps each text whole, for a model trained on
+        lines of several sentences.
+
         The longest source the model takes is `min(backbone.max_sequence_length,
         preprocessor.encoder_sequence_length) - 2` tokens (`<s>` and `</s>`
         take two). A longer input follows `too_long`, never silently:
 
-        - `"split"` (default): cut it into sentences (see
-          `keras_transformer.generation.sentences.split_sentences`), a sentence that is
-          still too long into pieces of at most that many tokens (at word
-          starts where possible), translate the parts and join them with
-          spaces;
+        - `"split"` (default): cut it into sentences (also with
+          `split_sentences=False`), a sentence that is still too long into
+          pieces of at most that many tokens (at word starts where possible),
+          translate the parts and join them (pieces of a sentence with
+          spaces);
         - `"truncate"`: keep its first tokens, with a warning that counts the
           inputs cut;
         - `"error"`: raise a `ValueError` naming the first such input.
@@ -288,7 +315,13 @@ class TransformerGeneration:
                 translate into, e.g. `"deu"`; by default the tokenizer's
                 `target_language` (`big_en_de` fixes German). A text that
                 starts with its own token (`">>nld<< ..."`) keeps it, and is
-                tokenized as `transformers`' `MarianTokenizer` does.
+                tokenized as `transformers`' `MarianTokenizer` does; each
+                sentence of it gets that token.
+            split_sentences: translate each sentence of a text on its own
+                (default), or each text whole.
+            source_language: the ISO 639-1 code of the texts' language
+                (`"en"`), whose abbreviations ("Dr.", "z. B.") end no
+                sentence; by default generic rules.
 
         Returns:
             The translations, in the order of `texts` (a string for a string).
@@ -308,6 +341,8 @@ class TransformerGeneration:
             too_long=too_long,
             verbose=verbose,
             target_language=target_language,
+            split_sentences=split_sentences,
+            source_language=source_language,
         )
 
     @property

@@ -21,7 +21,7 @@ Example:
 >>> import keras_transformer as kt
 >>> engine = CTranslate2Engine(kt.Transformer.from_preset("multi30k_en_de"))  # doctest: +SKIP
 >>> segments = engine.segments(["Two dogs play in the snow."])  # doctest: +SKIP
->>> engine.translate_rows([ids for _, ids in segments])  # doctest: +SKIP
+>>> engine.translate_rows([segment.token_ids for segment in segments])  # doctest: +SKIP
 ['Zwei Hunde spielen im Schnee.']
 """
 

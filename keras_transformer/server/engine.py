@@ -4,9 +4,10 @@ A compiled search is specialised to its input shape, and compiling one takes
 far longer than decoding a batch. So the server decodes only a fixed set of
 shapes, each compiled once (`keras_transformer.server.programs`):
 
-- source widths in `length_buckets` (multiples of `LENGTH_BUCKET`, the width
-  `translate` pads to, up to `max_source_bucket`); a longer text is cut into sentences
-  that fit, as `translate(too_long="split")` cuts;
+- source widths in `length_buckets` (`LENGTH_BUCKET`, the width `translate`
+  pads to, then twice the last, up to `max_source_bucket`: each width is a
+  compiled program more per batch size, so few of them); each text is cut into its
+  sentences, as `translate` cuts, and a longer sentence into pieces that fit;
 - batch sizes in `batch_sizes` (1, 4, 16, ... up to `max_batch_size`: each
   size a compiled program more per width, so few of them; fewer rows for
   wide buckets so that no batch holds more than `max_batch_tokens` source
@@ -26,15 +27,15 @@ Example:
 >>> engine.warm_up()
 >>> engine.rows_per_batch(16)  # the larger sizes are not compiled yet
 1
->>> segments = engine.segments(["Two dogs play in the snow."])
->>> engine.translate_rows([ids for _, ids in segments])
-['Zwei Hunde spielen im Schnee.']
+>>> segments = engine.segments(["Two dogs play in the snow. A man rides a bike."], source_language="en")
+>>> engine.translate_rows([segment.token_ids for segment in segments])
+['Zwei Hunde spielen im Schnee.', 'Ein Mann fährt Fahrrad.']
 """
 
 from collections.abc import Callable
 
 from keras_transformer.generation.settings import LENGTH_BUCKET, SearchSettings, bucketed
-from keras_transformer.generation.translation import source_segments
+from keras_transformer.generation.translation import Segment, source_segments
 from keras_transformer.models.transformer_preprocessor import SOURCE_SPECIAL_ROOM
 from keras_transformer.server.programs import SearchPrograms
 from keras_transformer.utils.language_tags import language_tag
@@ -53,6 +54,9 @@ class ModelEngine:
         max_source_bucket: the widest source the server compiles a search
             for; longer texts are cut into sentences that fit.
         name: the name `/languages` and the logs give the model.
+        split_sentences: translate each sentence of a text on its own (the
+            default), or each text whole (for a model trained on lines of
+            several sentences).
     """
 
     def __init__(
@@ -64,6 +68,7 @@ class ModelEngine:
         max_batch_tokens: int = 2048,
         max_source_bucket: int = 64,
         name: str = "model",
+        split_sentences: bool = True,
     ):
         if model.preprocessor is None:
             raise ValueError("The server translates text: give it a model with a preprocessor.")
@@ -73,9 +78,10 @@ class ModelEngine:
             )
         self.model = model
         self.name = name
+        self.split_sentences = split_sentences
         self.search = search or model.default_search
         widest = min(max_source_bucket, model.max_source_tokens + SOURCE_SPECIAL_ROOM)
-        self.length_buckets = tuple(range(LENGTH_BUCKET, widest + 1, LENGTH_BUCKET))
+        self.length_buckets = _doubling_widths(widest)
         if not self.length_buckets:
             raise ValueError(
                 f"max_source_bucket={max_source_bucket} leaves no source width: give at least {LENGTH_BUCKET}."
@@ -90,8 +96,11 @@ class ModelEngine:
         """The ISO 639-3 names of a multilingual model's `>>xxx<<` tokens (none for others)."""
         return self.model.preprocessor.tokenizer.target_languages()
 
-    def segments(self, texts: list[str], target_language: str | None = None) -> list[tuple[int, list[int]]]:
-        """`(text index, token ids)` of each sentence to decode (see `source_segments`).
+    def segments(
+        self, texts: list[str], target_language: str | None = None, source_language: str | None = None
+    ) -> list[Segment]:
+        """The `Segment`s (sentences, with the spacing between them) to decode
+        of `texts`, in `source_language` (see `source_segments`).
 
         The target's token (`target_language`, or the one the tokenizer fixes)
         leads every text, so that a text's own leading `>>...<<` is read as
@@ -100,11 +109,19 @@ class ModelEngine:
         language = target_language or self.model.preprocessor.tokenizer.target_language
         if language is not None:
             texts = [f"{language_tag(language)} {text}" for text in texts]
-        return source_segments(self.model, texts, target_language=language, max_tokens=self.max_sentence_tokens)
+        return source_segments(
+            self.model,
+            texts,
+            target_language=language,
+            max_tokens=self.max_sentence_tokens,
+            split_sentences=self.split_sentences,
+            source_language=source_language,
+        )
 
     def bucket_of(self, row: list[int]) -> int:
         """The source width a sentence of these token ids is decoded at."""
-        return bucketed(len(row) + SOURCE_SPECIAL_ROOM)
+        needed = len(row) + SOURCE_SPECIAL_ROOM
+        return next((width for width in self.length_buckets if width >= needed), bucketed(needed))
 
     def rows_per_batch(self, bucket: int) -> int:
         """The most sentences of `bucket`'s width decoded together (once
@@ -136,7 +153,7 @@ class ModelEngine:
                 for text in self.translate_rows(rows[start : start + sizes[-1]])
             ]
         size = next(size for size in sizes if size >= len(rows))
-        packed = self.model.preprocessor.pack_sources(rows + [longest] * (size - len(rows)))
+        packed = self.model.preprocessor.pack_sources(rows + [longest] * (size - len(rows)), self.bucket_of(longest))
         translations = self.model.preprocessor.generate_postprocess(self.programs.run(packed))
         return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in translations][: len(rows)]
 
@@ -160,6 +177,18 @@ class ModelEngine:
             release_freed_memory()  # the compiler's scratch memory, freed but kept by the C library
             if on_shape is not None:
                 on_shape(done, len(shapes))
+
+
+def _doubling_widths(widest: int) -> tuple[int, ...]:
+    """`LENGTH_BUCKET`, twice that, four times, ... up to `widest`, and the
+    widest multiple of `LENGTH_BUCKET` itself."""
+    widths = []
+    width = LENGTH_BUCKET
+    while width <= widest:
+        widths.append(width)
+        width *= 2
+    last = widest // LENGTH_BUCKET * LENGTH_BUCKET
+    return tuple(widths + ([last] if widths and last > widths[-1] else []))
 
 
 def _powers_of_four(limit: int) -> tuple[int, ...]:

@@ -172,11 +172,11 @@ class TranslationService:
         check_language_tokens(request, route.model.token_languages)
         engine, batcher = route.model.engine, route.model.batcher
         try:
-            segments = await asyncio.to_thread(engine.segments, request.texts, route.target_language)
+            segments = await asyncio.to_thread(engine.segments, request.texts, route.target_language, route.source)
         except (TypeError, ValueError) as error:
             raise ApiError(400, f"Invalid request: {error}") from None
         try:
-            future = batcher.submit([ids for _, ids in segments])
+            future = batcher.submit([segment.token_ids for segment in segments])
         except TooManySentences as error:
             raise ApiError(413, str(error)) from None
         except Overloaded as error:

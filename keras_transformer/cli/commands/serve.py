@@ -70,6 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=64,
         help="the widest source compiled, padding included; longer texts are split into sentences (default 64)",
     )
+    batching.add_argument(
+        "--whole-texts",
+        action="store_true",
+        help="translate each text whole, not sentence by sentence (for a model trained on lines of several sentences)",
+    )
     load = parser.add_argument_group("load and limits")
     load.add_argument(
         "--max-queue", type=int, default=1024, help="sentences waiting per model before 429 (default %(default)s)"
@@ -135,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
             max_batch_size=args.max_batch_size,
             max_batch_tokens=args.max_batch_tokens,
             max_source_bucket=args.max_source_tokens,
+            split_sentences=not args.whole_texts,
         )
     except ImportError as error:  # an engine's extra is missing: the message names it
         raise UserError(str(error)) from error

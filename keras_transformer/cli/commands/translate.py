@@ -1,8 +1,10 @@
-"""Translate sentences with a preset: one output line for each input line.
+"""Translate texts with a preset: one output line for each input line.
 
-Sentences come from the arguments, from a file (--input, plain or .gz), or
+Texts come from the arguments, from a file (--input, plain or .gz), or
 from standard input, one a line; each gives one line on standard output, an
-empty line for an empty one. Decoding is the paper's beam search (section
+empty line for an empty one. Each sentence of a text is translated on its
+own (--source-language names the texts' language, whose abbreviations end
+no sentence), unless --whole-texts. Decoding is the paper's beam search (section
 6.1) unless --greedy. Reading a file shows a progress
 bar on stderr when stderr is a terminal. From standard input, the lines that
 have arrived are translated and written at once, and the command waits for
@@ -42,6 +44,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="split",
         help="a sentence longer than the model takes: split it at sentence ends (default), "
         "truncate it with a warning, or stop",
+    )
+    parser.add_argument(
+        "--whole-texts",
+        action="store_true",
+        help="translate each line whole, not sentence by sentence (for a model trained on lines of several sentences)",
+    )
+    parser.add_argument(
+        "--source-language",
+        metavar="LANG",
+        help="the ISO 639-1 code of the input's language (e.g. en), whose abbreviations (Dr., z. B.) end no sentence; "
+        "by default generic rules",
     )
     parser.add_argument(
         "--compile",
@@ -152,6 +165,8 @@ def _translate_chunk(
         too_long=args.too_long,
         verbose=0,  # Keras' progress bar writes to stdout, where the translations go
         target_language=args.target_language,
+        split_sentences=not args.whole_texts,
+        source_language=args.source_language,
     )
     # A translation never holds a line break, so lines stay one for one.
     sys.stdout.write("".join(t.replace("\n", " ") + "\n" for t in translations[: len(lines)]))
