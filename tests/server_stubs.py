@@ -4,6 +4,8 @@ checked in milliseconds, on any backend."""
 import re
 import threading
 
+from keras_transformer.generation.translation import Segment
+
 
 class StubEngine:
     """A `ModelEngine`'s interface without a model: each sentence (up to a
@@ -28,12 +30,12 @@ class StubEngine:
     def target_languages(self) -> list[str]:
         return self.languages
 
-    def segments(self, texts, target_language=None):
+    def segments(self, texts, target_language=None, source_language=None):
         self.segment_languages.append(target_language)
         return [
-            (index, [ord(c) for c in sentence])
+            Segment(index, [ord(c) for c in sentence.strip()], spacing)
             for index, text in enumerate(texts)
-            for sentence in re.findall(r"[^.]+\.?", text)
+            for sentence, spacing in re.findall(r"([^.]+\.?)(\s*)", text)
             if sentence.strip()
         ]
 

@@ -12,6 +12,7 @@ pytest.importorskip("starlette", reason="the server's tests need the serve extra
 
 from starlette.testclient import TestClient  # noqa: E402
 
+from keras_transformer.generation.translation import Segment  # noqa: E402
 from keras_transformer.server import ServiceSettings, TranslationService, app_of, served_model  # noqa: E402
 
 REQUEST = {"q": "Two dogs play in the snow.", "source": "en", "target": "de"}
@@ -27,8 +28,8 @@ class WarmUpEngine:
     def target_languages(self):
         return []
 
-    def segments(self, texts, target_language=None):
-        return [(index, [1]) for index in range(len(texts))]
+    def segments(self, texts, target_language=None, source_language=None):
+        return [Segment(index, [1]) for index in range(len(texts))]
 
     def bucket_of(self, row):
         return 16
