@@ -1,7 +1,7 @@
 """A translation server: LibreTranslate's HTTP API, a web page, batching across requests.
 
 Needs the `serve` extra (`pip install "keras-transformer[serve]"`): Starlette,
-uvicorn, prometheus_client and pycountry.
+uvicorn, prometheus_client, pycountry, lingua and python-multipart.
 
 Example:
 >>> import keras_transformer as kt
@@ -11,6 +11,7 @@ Example:
 """
 
 try:
+    import lingua  # noqa: F401
     import prometheus_client  # noqa: F401
     import pycountry  # noqa: F401
     import starlette  # noqa: F401

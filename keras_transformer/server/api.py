@@ -12,11 +12,11 @@ Example:
 ...                                  "application/json", limits)
 >>> request.texts, request.single, request.source
 (['Hi.', 'Bye.'], False, 'en')
->>> read_translate_request(b"q=Hi.&source=en&target=de&format=html",
+>>> read_translate_request(b"q=Hi.&source=en&target=de&format=xml",
 ...                        "application/x-www-form-urlencoded", limits)
 Traceback (most recent call last):
 ...
-keras_transformer.server.api.ApiError: format 'html' is not supported: send plain text with format 'text'.
+keras_transformer.server.api.ApiError: format 'xml' is not supported: send format 'text' or 'html'.
 """
 
 import json
@@ -56,12 +56,20 @@ class Limits:
     api_keys: frozenset = frozenset()
 
 
+FORMATS = ("text", "html")
+
+
 @dataclass(frozen=True)
 class TranslateRequest:
+    """A checked request: its texts (`single` for a string `q`), languages
+    (`source` may be `"auto"`), `text_format` and how many `alternatives`."""
+
     texts: list[str]
     single: bool
     source: str
     target: str
+    text_format: str = "text"
+    alternatives: int = 0
 
 
 def read_translate_request(body: bytes, content_type: str, limits: Limits) -> TranslateRequest:
@@ -71,14 +79,7 @@ def read_translate_request(body: bytes, content_type: str, limits: Limits) -> Tr
         ApiError: see the module's docstring.
     """
     fields = _fields(body, content_type)
-    if limits.api_keys and fields.get("api_key") not in limits.api_keys:
-        raise ApiError(403, "Invalid API key: send a valid api_key with the request.")
-    texts, single = _texts(fields.get("q"))
-    if not single and limits.batch_limit is not None and len(texts) > limits.batch_limit:
-        raise ApiError(400, f"Invalid request: {len(texts)} texts exceed the batch limit of {limits.batch_limit}.")
-    characters = sum(len(text) for text in texts)
-    if limits.char_limit is not None and characters > limits.char_limit:
-        raise ApiError(400, f"Invalid request: {characters} characters exceed the text limit of {limits.char_limit}.")
+    texts, single = read_texts(fields, limits)
     for index, text in enumerate(texts):
         if (token := _LANGUAGE_TOKEN.search(text)) is not None:
             where = "q" if single else f"q[{index}]"
@@ -87,15 +88,46 @@ def read_translate_request(body: bytes, content_type: str, limits: Limits) -> Tr
                 f"{where} contains {token.group()!r}, a model's target-language token: choose the "
                 "language with 'target' instead.",
             )
-    text_format = fields.get("format", "text")
-    if text_format != "text":
-        message = f"format {text_format!r} is not supported: send plain text with format 'text'."
-        raise ApiError(400, message)
-    alternatives = fields.get("alternatives", 0)
-    if alternatives not in (0, "0", None):
-        raise ApiError(400, "alternatives are not supported: leave the field out or send 0.")
+    text_format = fields.get("format") or "text"
+    if text_format not in FORMATS:
+        raise ApiError(400, f"format {text_format!r} is not supported: send format 'text' or 'html'.")
     source, target = (_language_field(fields, name) for name in ("source", "target"))
-    return TranslateRequest(texts, single, source, target)
+    return TranslateRequest(texts, single, source, target, text_format, _alternatives(fields.get("alternatives")))
+
+
+def read_detect_request(body: bytes, content_type: str, limits: Limits) -> tuple[list[str], bool]:
+    """The texts of a `/detect` body (`q`, `api_key`), checked as `/translate`'s,
+    and whether `q` was one string."""
+    return read_texts(_fields(body, content_type), limits)
+
+
+def read_texts(fields: dict, limits: Limits) -> tuple[list[str], bool]:
+    """`q` of a request's fields, within `limits`, its API key checked."""
+    if limits.api_keys and fields.get("api_key") not in limits.api_keys:
+        raise ApiError(403, "Invalid API key: send a valid api_key with the request.")
+    texts, single = _texts(fields.get("q"))
+    if not single and limits.batch_limit is not None and len(texts) > limits.batch_limit:
+        raise ApiError(400, f"Invalid request: {len(texts)} texts exceed the batch limit of {limits.batch_limit}.")
+    check_characters(texts, limits)
+    return texts, single
+
+
+def check_characters(texts: list[str], limits: Limits) -> None:
+    """Refuses texts of more characters, all together, than `limits.char_limit`."""
+    characters = sum(len(text) for text in texts)
+    if limits.char_limit is not None and characters > limits.char_limit:
+        raise ApiError(400, f"Invalid request: {characters} characters exceed the text limit of {limits.char_limit}.")
+
+
+def _alternatives(value) -> int:
+    """`alternatives` as a count (JSON gives a number, a form a string)."""
+    if value is None or value == "":
+        return 0
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ApiError(400, f"Invalid request: alternatives must be a whole number >= 0; got {value!r}.")
+    return value
 
 
 def check_body_size(content_length: str | None, limits: Limits) -> None:

@@ -100,12 +100,19 @@ class ModelEngine:
             if size <= self.rows_per_batch(bucket)
         ]
 
-    def translate_rows(self, rows: list[list[int]]) -> list[str]:
-        """Translations of sentences of one bucket, at most `rows_per_batch` of them."""
+    @property
+    def max_alternatives(self) -> int:
+        """The most alternative translations of a sentence: the other hypotheses of its beam."""
+        return (self.search.beam_size or 1) - 1
+
+    def translate_rows(self, rows: list[list[int]], num_hypotheses: int = 1) -> list:
+        """Translations of sentences of one bucket, at most `rows_per_batch` of
+        them; with `num_hypotheses` > 1, each sentence's n best (a list, best
+        first; see `Transformer.generate`)."""
         size = next(size for size in self.batch_sizes if size >= len(rows))
         longest = max(rows, key=len)
         packed = self.model.preprocessor.pack_sources(rows + [longest] * (size - len(rows)))
-        return self.model.generate(packed, search=self.search)[: len(rows)]
+        return self.model.generate(packed, search=self.search, num_hypotheses=num_hypotheses)[: len(rows)]
 
     def warm_up(self, on_shape: Callable[[int, int], None] | None = None) -> None:
         """Compiles the search of every shape in `shapes()` (calling
