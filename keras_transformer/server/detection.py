@@ -3,7 +3,8 @@
 Lingua (`lingua-language-detector`) tells 75 languages apart from short texts
 too, as LibreTranslate itself does since 1.6. The detector here knows only
 the languages the server serves: fewer languages to confuse, and lingua loads
-the models of those alone (lazily, at their first text).
+the models of those alone, when the detector is built (once per process: lingua
+shares them), so that no request waits for them.
 
 Example:
 >>> detector = LanguageDetector(["en", "hi", "de"])
@@ -31,8 +32,8 @@ class Detection:
 
 
 class LanguageDetector:
-    """Lingua restricted to `codes` (LibreTranslate codes); codes lingua does not
-    know (`detectable` leaves them out) are never detected.
+    """Lingua restricted to `codes` (LibreTranslate codes); a code lingua does
+    not know is never detected.
 
     Args:
         codes: the languages to tell apart.
@@ -43,12 +44,10 @@ class LanguageDetector:
         for code in dict.fromkeys(codes):
             if (language := _lingua_language(code)) is not None:
                 self._languages[language] = code
-        self._detector = LanguageDetectorBuilder.from_languages(*self._languages).build() if self._languages else None
-
-    @property
-    def detectable(self) -> list[str]:
-        """The codes this detector can answer."""
-        return list(self._languages.values())
+        self._detector = None
+        if self._languages:
+            builder = LanguageDetectorBuilder.from_languages(*self._languages)
+            self._detector = builder.with_preloaded_language_models().build()
 
     def detect(self, text: str) -> list[Detection]:
         """The detectable languages `text` may be in, likeliest first (those of
