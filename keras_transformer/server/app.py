@@ -96,8 +96,8 @@ def app_of(service: TranslationService, warm_up: bool = True) -> Starlette:
     files = FileStore()
 
     def measured(answer):
-        """A route answering `await answer(request)`, timed and counted, with
-        the API's refusals and any failure as `{"error": ...}`."""
+        """A translating route answering `await answer(request)`, timed and
+        counted, with the API's refusals and any failure as `{"error": ...}`."""
 
         async def route(request: Request) -> Response:
             started = time.monotonic()
@@ -231,7 +231,7 @@ def app_of(service: TranslationService, warm_up: bool = True) -> Starlette:
     app = Starlette(
         routes=[
             Route("/translate", measured(translate), methods=["POST"]),
-            Route("/detect", measured(detect), methods=["POST"]),
+            Route("/detect", lambda request: _answered(detect, request), methods=["POST"]),
             Route("/translate_file", measured(translate_file), methods=["POST"]),
             Route("/download_file/{name}", download_file, methods=["GET"]),
             Route("/suggest", suggest, methods=["POST"]),
