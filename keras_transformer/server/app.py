@@ -168,6 +168,14 @@ def app_of(service: TranslationService, warm_up: bool = True) -> Starlette:
     async def suggest(request: Request) -> Response:
         return JSONResponse({"error": "Suggestions are disabled on this server."}, 403)
 
+    def answered(answer):
+        """A route answering `await answer(request)`, with the API's refusals and any failure as `{"error": ...}`."""
+
+        async def route(request: Request) -> Response:
+            return await _answered(answer, request)
+
+        return route
+
     async def _answered(answer, request: Request) -> Response:
         try:
             return await answer(request)
@@ -231,7 +239,7 @@ def app_of(service: TranslationService, warm_up: bool = True) -> Starlette:
     app = Starlette(
         routes=[
             Route("/translate", measured(translate), methods=["POST"]),
-            Route("/detect", lambda request: _answered(detect, request), methods=["POST"]),
+            Route("/detect", answered(detect), methods=["POST"]),
             Route("/translate_file", measured(translate_file), methods=["POST"]),
             Route("/download_file/{name}", download_file, methods=["GET"]),
             Route("/suggest", suggest, methods=["POST"]),
