@@ -38,7 +38,8 @@ class TransformerGeneration:
 
     def _search_function(self, settings: SearchSettings, with_completion: bool = False, num_hypotheses: int = 1):
         """The compiled search for one configuration, cached."""
-        key = (settings, with_completion, num_hypotheses)
+        # The n-best searches apart; the one-best keys as they always were.
+        key = (settings, with_completion) + ((num_hypotheses,) if num_hypotheses > 1 else ())
         functions = self._search_cache.functions
         if key not in functions:
             # XLA on TensorFlow unless compile(jit_compile=False) said otherwise
@@ -49,7 +50,8 @@ class TransformerGeneration:
 
     @property
     def compiled_searches(self) -> dict:
-        """The searches compiled so far, by `(SearchSettings, with_completion, num_hypotheses)`."""
+        """The searches compiled so far, by `(SearchSettings, with_completion)`, and
+        `(SearchSettings, with_completion, num_hypotheses)` for n-best ones."""
         return dict(self._search_cache.functions)
 
     def forget_compiled_searches(self) -> None:
