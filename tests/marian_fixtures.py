@@ -483,3 +483,41 @@ def write_multilingual_repo(folder: Path, seed: int = 0) -> dict:
     model.eval()
     model.save_pretrained(str(folder))
     return {"model": model, "tokenizer": tokenizer, "folder": folder}
+
+
+# The Hindi of SOURCE_SENTENCES, in Devanagari: the source side of a hi-en checkpoint.
+HINDI_SENTENCES = [
+    "एक कुत्ता हरे मैदान में दौड़ता है।",
+    "दो बच्चे बर्फ में खेल रहे हैं।",
+    "महिला बगीचे में एक किताब पढ़ती है।",
+    "एक आदमी सड़क पर साइकिल चला रहा है।",
+    "कुछ लोग बस का इंतज़ार कर रहे हैं।",
+    "बिल्ली गर्म खिड़की पर सोती है।",
+    "एक छोटी लड़की आइसक्रीम खाती है।",
+    "तीन दोस्त एक चुटकुले पर हंस रहे हैं।",
+]
+
+
+def write_untrained_repo(
+    folder: Path, sources: list[str], targets: list[str], source_lang: str, target_lang: str, seed: int = 0
+) -> dict:
+    """An untrained Opus-MT-style checkpoint (the "base" variant) of the
+    languages of `sources` and `targets`, its vocabularies made of them,
+    written by `transformers`: random weights, for tests of where texts go
+    (a Hindi one: `HINDI_SENTENCES` into English, as Helsinki-NLP/opus-mt-hi-en).
+
+    Returns:
+        `{"model": MarianMTModel, "folder": Path}`.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    source_proto = train_sentencepiece(sources, 90)
+    target_proto = train_sentencepiece(targets, 90)
+    vocabulary = make_vocabulary(source_proto, target_proto, VARIANTS["base"]["special_order"])
+    model = make_marian_model("base", vocabulary, seed)
+    save_marian_tokenizer(
+        folder, source_proto, target_proto, vocabulary, source_lang=source_lang, target_lang=target_lang
+    )
+    _write_model_card(folder)
+    model.save_pretrained(str(folder))
+    return {"model": model, "folder": folder}

@@ -95,10 +95,8 @@ def test_translates_a_string_and_a_list_as_model_translate_does(client, expected
 
 def test_takes_form_fields_and_source_auto(client, expected):
     answer = client.post("/translate", data={"q": SOURCES[1], "source": "auto", "target": "de"}).json()
-    assert answer == {
-        "translatedText": expected[SOURCES[1]],
-        "detectedLanguage": {"confidence": 100.0, "language": "en"},
-    }
+    assert answer["translatedText"] == expected[SOURCES[1]]
+    assert answer["detectedLanguage"]["language"] == "en" and 50 < answer["detectedLanguage"]["confidence"] <= 100
 
 
 def test_languages_health_metrics_and_page(client):
@@ -221,7 +219,7 @@ BAD_REQUESTS = [
     ("unknown target", b'{"q": "a", "source": "en", "target": "xx"}', "application/json", 400, "not supported"),
     ("unknown source", b'{"q": "a", "source": "fr", "target": "de"}', "application/json", 400, "not supported"),
     ("a target number", b'{"q": "a", "source": "en", "target": 7}', "application/json", 400, "language code"),
-    ("html", b'{"q": "a", "source": "en", "target": "de", "format": "html"}', "application/json", 400, "html"),
+    ("xml", b'{"q": "a", "source": "en", "target": "de", "format": "xml"}', "application/json", 400, "'html'"),
     ("alternatives", b'{"q": "a", "source": "en", "target": "de", "alternatives": 3}', "application/json", 400, "alt"),
     ("over the char limit", json.dumps({"q": "a" * 5001, "source": "en", "target": "de"}).encode(), "application/json",
      400, "text limit"),

@@ -158,9 +158,11 @@ def test_page_translates_with_the_languages_the_server_serves(server_url, expect
     wait_for_languages(browser)
 
     sources = [(code, names[code]) for code in names if targets[code]]
-    assert options_of(browser, "source") == sources == [("en", "English")]
+    assert sources == [("en", "English")]
+    # "Detect language" first, as LibreTranslate's page starts: it translates into every target.
+    assert options_of(browser, "source") == [("auto", "Detect language"), *sources]
     assert options_of(browser, "target") == [(code, names[code]) for code in targets["en"]] == [("de", "German")]
-    assert Select(browser.find_element("id", "source")).first_selected_option.text == "English"
+    assert Select(browser.find_element("id", "source")).first_selected_option.text == "Detect language"
     assert Select(browser.find_element("id", "target")).first_selected_option.text == "German"
 
     browser.find_element("id", "text").send_keys(SENTENCE)
@@ -169,8 +171,17 @@ def test_page_translates_with_the_languages_the_server_serves(server_url, expect
         lambda driver: driver.find_element("id", "translation").text
     )
     assert translation == expected_translation
+    assert browser.find_element("id", "detected").text.startswith("Detected: English (")
     assert browser.find_element("id", "status").text == ""
     assert browser.find_element("id", "translate").is_enabled()
+
+    # A chosen source translates without detection.
+    Select(browser.find_element("id", "source")).select_by_value("en")
+    assert browser.find_element("id", "detected").text == ""
+    browser.find_element("id", "translate").click()
+    WebDriverWait(browser, TRANSLATION_WAIT_S).until(lambda driver: driver.find_element("id", "translate").is_enabled())
+    assert browser.find_element("id", "translation").text == expected_translation
+    assert browser.find_element("id", "detected").text == ""
 
 
 class ResourceReferences(HTMLParser):

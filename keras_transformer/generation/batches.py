@@ -123,9 +123,12 @@ def pack_prompts(rows: list[list[int]], start_token_id: int, pad_token_id: int, 
 
 
 def decoder_padded_to(outputs: dict, length: int, pad_token_id: int) -> dict:
-    """Decoder token ids and padding mask padded to `length` positions."""
-    extra = ((0, 0), (0, length - outputs["decoder_token_ids"].shape[1]))
+    """Decoder token ids and padding mask padded to `length` positions (on
+    their last axis), the other outputs as they are."""
+    token_ids = outputs["decoder_token_ids"]
+    extra = ((0, 0),) * (token_ids.ndim - 1) + ((0, length - token_ids.shape[-1]),)
     return {
+        **outputs,
         "decoder_token_ids": np.pad(outputs["decoder_token_ids"], extra, constant_values=pad_token_id),
         "decoder_padding_mask": np.pad(outputs["decoder_padding_mask"], extra, constant_values=False),
     }

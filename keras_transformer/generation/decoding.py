@@ -73,6 +73,7 @@ def search_step(
     max_extra_length: int = SearchSettings.max_extra_length,
     with_completion: bool = False,
     compile_body: Callable | None = None,
+    num_hypotheses: int = 1,
 ) -> dict:
     """Decodes one batch of token ids; traceable as a single graph.
 
@@ -93,11 +94,17 @@ def search_step(
             finished within it (see `search.beam_search`).
         compile_body: compiles each step of the search, decoding and
             choosing (torch: `compiled_search`); the first step runs as is.
+        num_hypotheses: with beam search, the n best hypotheses of each
+            sentence instead of the best one (see `search.beam_search`).
 
     Returns:
         `{"decoder_token_ids", "decoder_padding_mask"}`: the translations
-        as token ids, start and end tokens included.
+        as token ids, start and end tokens included. With `num_hypotheses`
+        n > 1, both are `(batch, n, buffer)`, best first, and
+        `hypothesis_found` `(batch, n)` says which hypotheses the search finished.
     """
+    if num_hypotheses > 1 and beam_size is None:
+        raise ValueError(f"Greedy search finds one hypothesis; num_hypotheses={num_hypotheses} needs beam search.")
     source_ids = inputs["encoder_token_ids"]
     source_mask = inputs["encoder_padding_mask"]
     batch = ops.shape(source_ids)[0]
@@ -149,15 +156,18 @@ def search_step(
             buffer_length,
             beam_size,
             alpha,
+            num_hypotheses=num_hypotheses,
             reorder_cache=backbone.reorder_cache,
             expand_cache=backbone.expand_cache,
             **options,
         )
-        found = (found[0], found[2]) if with_completion else found[0]  # without the scores
+        scores, found = found[1], ((found[0], found[2]) if with_completion else found[0])  # scores apart
     tokens, complete = found if with_completion else (found, None)
     # Position 0 is the start token, which is the padding id in Marian.
-    first = ops.arange(ops.shape(tokens)[1])[None, :] == 0
+    first = ops.arange(buffer_length) == 0
     outputs = {"decoder_token_ids": tokens, "decoder_padding_mask": (tokens != pad_token_id) | first}
+    if num_hypotheses > 1:
+        outputs["hypothesis_found"] = scores > search.NEG_INF / 2
     if with_completion:
         outputs["complete"] = complete
     return outputs
@@ -184,7 +194,7 @@ def _with_prefix(step: Callable, prefix, forced, beams: int) -> Callable:
 
 
 def search_of(
-    backbone: TransformerBackbone, settings: SearchSettings, with_completion: bool = False
+    backbone: TransformerBackbone, settings: SearchSettings, with_completion: bool = False, num_hypotheses: int = 1
 ) -> Callable[[dict], dict]:
     """`search_step` of `backbone` with `settings`: a function of the inputs alone."""
     return partial(
@@ -194,11 +204,16 @@ def search_of(
         alpha=settings.alpha,
         max_extra_length=settings.max_extra_length,
         with_completion=with_completion,
+        num_hypotheses=num_hypotheses,
     )
 
 
 def compiled_search(
-    model: keras.Model, jit_compile: bool, settings: SearchSettings, with_completion: bool = False
+    model: keras.Model,
+    jit_compile: bool,
+    settings: SearchSettings,
+    with_completion: bool = False,
+    num_hypotheses: int = 1,
 ) -> Callable[[dict], dict]:
     """`search_step` on `model.backbone`, compiled for the backend.
 
@@ -209,9 +224,9 @@ def compiled_search(
             step of the search (compiled at the first call of each batch
             shape, 5-31 s each on a small CPU); ignored on JAX.
         settings: the beam size, length penalty and output limit.
-        with_completion: see `search_step`.
+        with_completion, num_hypotheses: see `search_step`.
     """
-    function = search_of(model.backbone, settings, with_completion)
+    function = search_of(model.backbone, settings, with_completion, num_hypotheses)
     backend = keras.config.backend()
     if backend == "torch":
         import torch

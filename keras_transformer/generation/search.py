@@ -275,6 +275,7 @@ def beam_search(
     pad_token_id: int,
     *,
     with_completion: bool = False,
+    num_hypotheses: int = 1,
     reorder_cache: Callable | None = None,
     expand_cache: Callable | None = None,
     compile_body: Callable | None = None,
@@ -301,6 +302,8 @@ def beam_search(
             the buffer. Their results are those of a buffer of
             `max(max_lengths) + 1`; the others need a longer buffer. (A
             shorter buffer is faster: every step reads all of it.)
+        num_hypotheses: how many of the finished pool's hypotheses to
+            return, best first (at most `beam_size`; CTranslate2's n-best).
         reorder_cache: `(cache, rows, length) -> cache` with the rows of
             `cache` in the order `rows`; only the first `length` positions
             need to be right (the positions decoded so far). By default,
@@ -315,8 +318,14 @@ def beam_search(
         `(tokens, scores)`: the best finished hypothesis of each sentence,
         `(batch, buffer_length)` int32 laid out as `greedy_search`'s, and its
         length-normalised log-probability `(batch,)`; with
-        `with_completion`, `(tokens, scores, complete)`.
+        `with_completion`, `(tokens, scores, complete)`. With
+        `num_hypotheses` n > 1, the n best finished hypotheses: tokens
+        `(batch, n, buffer_length)` and scores `(batch, n)`; the search goes
+        on until the n-th cannot improve, and a score of `NEG_INF` marks a
+        hypothesis it did not finish (as when the forced end cuts it short).
     """
+    if not 1 <= num_hypotheses <= beam_size:
+        raise ValueError(f"num_hypotheses must be between 1 and the beam size {beam_size}; got {num_hypotheses}.")
     batch, vocab = ops.shape(first_logits)[0], ops.shape(first_logits)[1]
     k = beam_size
     reorder_cache = reorder_cache or _reorder_whole
@@ -364,10 +373,12 @@ def beam_search(
         return alive_tokens, alive_scores, finished_tokens, finished_scores, origin
 
     def can_improve(alive_scores, finished_scores):
-        """False for a sentence once its best finished score beats any score a
-        live beam could still reach (log-probs only fall; lp grows with length)."""
+        """False for a sentence once its best finished score (its n-th best, for
+        n hypotheses) beats any score a live beam could still reach (log-probs
+        only fall; lp grows with length). Searching on for the n-th leaves the
+        best as it was: nothing found later can beat it."""
         best_reachable = alive_scores[:, 0] / length_penalty(max_lengths, alpha)
-        return (finished_scores[:, 0] < best_reachable) & (alive_scores[:, 0] > NEG_INF / 2)
+        return (finished_scores[:, num_hypotheses - 1] < best_reachable) & (alive_scores[:, 0] > NEG_INF / 2)
 
     state = advance(1, first_logits, alive_tokens, alive_scores, finished_tokens, finished_scores)
     alive_tokens, alive_scores, finished_tokens, finished_scores, origin = state
@@ -394,7 +405,10 @@ def beam_search(
         (ops.convert_to_tensor(1, "int32"), alive_tokens, alive_scores, finished_tokens, finished_scores, cache),
         maximum_iterations=buffer_length - 2,
     )
-    best = finished_tokens[:, 0, :], finished_scores[:, 0]
+    if num_hypotheses > 1:
+        best = finished_tokens[:, :num_hypotheses, :], finished_scores[:, :num_hypotheses]
+    else:
+        best = finished_tokens[:, 0, :], finished_scores[:, 0]
     if with_completion:
         return (*best, ops.logical_not(can_improve(alive_scores, finished_scores)))
     return best

@@ -37,13 +37,14 @@ class TransformerGeneration:
     beam search or greedy search), KerasHub's `generate_step`, and the
     compiled searches, one per search configuration."""
 
-    def _search_function(self, settings: SearchSettings, with_completion: bool = False):
+    def _search_function(self, settings: SearchSettings, with_completion: bool = False, num_hypotheses: int = 1):
         """The compiled search for one configuration, cached."""
-        key = (settings, with_completion)
+        # The n-best searches apart; the one-best keys as they always were.
+        key = (settings, with_completion) + ((num_hypotheses,) if num_hypotheses > 1 else ())
         mode = self._search_mode()
         functions = self._search_cache.functions.setdefault(mode, {})
         if key not in functions:
-            functions[key] = compiled_search(self, mode.jit_compile, settings, with_completion)
+            functions[key] = compiled_search(self, mode.jit_compile, settings, with_completion, num_hypotheses)
         return functions[key]
 
     def _search_mode(self) -> "SearchMode":
@@ -55,7 +56,8 @@ class TransformerGeneration:
     @property
     def compiled_searches(self) -> dict:
         """The searches compiled so far for the current `run_eagerly` and
-        `jit_compile`, by `(SearchSettings, with_completion)`."""
+        `jit_compile`, by `(SearchSettings, with_completion)`, and
+        `(SearchSettings, with_completion, num_hypotheses)` for n-best ones."""
         return dict(self._search_cache.functions.get(self._search_mode(), {}))
 
     def forget_compiled_searches(self) -> None:
@@ -104,6 +106,7 @@ class TransformerGeneration:
         target_language: str | None = None,
         split_sentences: bool = True,
         source_language: str | None = None,
+        num_hypotheses: int = 1,
     ):
         """Translates one batch.
 
@@ -141,10 +144,17 @@ class TransformerGeneration:
             split_sentences, source_language: as in `translate`: texts
                 without a target prefix are translated sentence by sentence
                 (all in this one batch) and joined back with their spacing.
+            num_hypotheses: with beam search, the n best translations of
+                each sentence, best first (CTranslate2's `num_hypotheses`),
+                at most the beam size; a text of several sentences gets as
+                its i-th the i-th of each sentence (its best where it has fewer).
 
         Returns:
             Strings (with a preprocessor; one string for one string in), or
-            `{"decoder_token_ids", "decoder_padding_mask"}` arrays.
+            `{"decoder_token_ids", "decoder_padding_mask"}` arrays. With
+            `num_hypotheses` > 1, a list of translations in place of each
+            string (those the search finished: one at least), or arrays
+            `(batch, n, length)` and `hypothesis_found` `(batch, n)`.
         """
         _check_stop_token_ids(self.backbone, stop_token_ids)
         settings = self._search_settings(search, beam_size, alpha, max_extra_length)
@@ -181,7 +191,7 @@ class TransformerGeneration:
                 backbone = self.backbone
                 prefixes = target_token_ids(tokenizer, texts.prefixes)
                 token_ids.update(pack_prompts(prefixes, backbone.start_token_id, backbone.pad_token_id))
-        run_search = partial(self._search, token_ids, settings)
+        run_search = partial(self._search, token_ids, settings, num_hypotheses=num_hypotheses)
         # The buffer holds the longer of the source and the target prompt (both
         # padded to few widths, so that few searches are compiled), and more.
         prompt_length = token_ids["decoder_token_ids"].shape[1] if "decoder_token_ids" in token_ids else 0
@@ -202,18 +212,43 @@ class TransformerGeneration:
             )
         if outputs is None:
             outputs = run_search(max_length)
+        found = outputs.pop("hypothesis_found", None)
+        if found is not None:  # n-best: one row per hypothesis, a sentence's next to each other
+            outputs = {key: value.reshape(-1, value.shape[-1]) for key, value in outputs.items()}
         if strip_prompt and prompt_length:
-            outputs = strip_prefixes(outputs, token_ids["decoder_padding_mask"], self.backbone.pad_token_id)
+            prompt_mask = np.repeat(token_ids["decoder_padding_mask"], num_hypotheses, axis=0)
+            outputs = strip_prefixes(outputs, prompt_mask, self.backbone.pad_token_id)
         if self.preprocessor is None:
-            return outputs
+            if found is None:
+                return outputs
+            batch = len(found)
+            return {key: value.reshape(batch, num_hypotheses, -1) for key, value in outputs.items()} | {
+                "hypothesis_found": found
+            }
         translations = self.preprocessor.generate_postprocess(outputs)
         translations = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in to_list(translations)]
-        if segments is not None:
+        if found is not None:
+            translations = [
+                [text for text, kept in zip(translations[row * num_hypotheses :], finished) if kept]
+                for row, finished in enumerate(found)
+            ]
+        if segments is not None and found is not None:
+            per_rank = [
+                join_segments(len(texts.sources), segments, [best[min(rank, len(best) - 1)] for best in translations])
+                for rank in range(num_hypotheses)
+            ]
+            translations = [list(ranked) for ranked in zip(*per_rank)]
+        elif segments is not None:
             translations = join_segments(len(texts.sources), segments, translations)
         return translations[0] if texts is not None and texts.single else translations
 
     def _search(
-        self, token_ids: dict, settings: SearchSettings, buffer_length: int, with_completion: bool = False
+        self,
+        token_ids: dict,
+        settings: SearchSettings,
+        buffer_length: int,
+        with_completion: bool = False,
+        num_hypotheses: int = 1,
     ) -> dict:
         """One search of a batch with an output buffer of `buffer_length`."""
         batch = token_ids["encoder_token_ids"].shape[0]
@@ -233,13 +268,13 @@ class TransformerGeneration:
             # A buffer narrower than the padded prompt leaves out only padding (generate checks it).
             prompt = {key: token_ids[key][:, :buffer_length] for key in ("decoder_token_ids", "decoder_padding_mask")}
             inputs.update(decoder_padded_to(prompt, buffer_length, self.backbone.pad_token_id))
-        function = self._search_function(settings, with_completion)
-        shape = (mode, settings, with_completion, parts, *(value.shape for value in inputs.values()))
+        function = self._search_function(settings, with_completion, num_hypotheses)
+        shape = (mode, settings, with_completion, num_hypotheses, parts, *(value.shape for value in inputs.values()))
         outputs = search_in_parts(function, inputs, parts, at_once=shape in self._search_cache.shapes)
         self._search_cache.shapes.add(shape)
         return {k: v[:batch] for k, v in outputs.items()}
 
-    def compile_searches(self, token_ids: dict, search: SearchSettings | None = None) -> None:
+    def compile_searches(self, token_ids: dict, search: SearchSettings | None = None, num_hypotheses: int = 1) -> None:
         """Compiles, by running them once, the searches `generate(token_ids,
         search=search)` may run for a batch of this shape: the one with the
         short first buffer and the one with the full buffer. A server calls
@@ -249,12 +284,13 @@ class TransformerGeneration:
             token_ids: `{"encoder_token_ids", "encoder_padding_mask"}` arrays
                 of the batch size and source width to compile for.
             search: the `SearchSettings` (by default `default_search`).
+            num_hypotheses: see `generate`.
         """
         settings = search or self.default_search
         first_buffer, full_buffer = _default_buffers(token_ids["encoder_token_ids"].shape[1], 0, settings)
         if first_buffer is not None:
-            self._search(token_ids, settings, first_buffer, with_completion=True)
-        self._search(token_ids, settings, full_buffer)
+            self._search(token_ids, settings, first_buffer, with_completion=True, num_hypotheses=num_hypotheses)
+        self._search(token_ids, settings, full_buffer, num_hypotheses=num_hypotheses)
 
     def translate(
         self,

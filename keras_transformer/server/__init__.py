@@ -1,7 +1,7 @@
 """A translation server: LibreTranslate's HTTP API, a web page, batching across requests.
 
 Needs the `serve` extra (`pip install "keras-transformer[serve]"`): Starlette,
-uvicorn, prometheus_client, pycountry and langcodes.
+uvicorn, prometheus_client, pycountry, langcodes, lingua and python-multipart.
 
 Example:
 >>> import keras_transformer as kt
@@ -12,6 +12,7 @@ Example:
 
 try:
     import langcodes  # noqa: F401
+    import lingua  # noqa: F401
     import prometheus_client  # noqa: F401
     import pycountry  # noqa: F401
     import starlette  # noqa: F401

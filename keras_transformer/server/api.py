@@ -12,11 +12,11 @@ Example:
 ...                                  "application/json", limits)
 >>> request.texts, request.single, request.source
 (['Hi.', 'Bye.'], False, 'en')
->>> read_translate_request(b"q=Hi.&source=en&target=de&format=html",
+>>> read_translate_request(b"q=Hi.&source=en&target=de&format=xml",
 ...                        "application/x-www-form-urlencoded", limits)
 Traceback (most recent call last):
 ...
-keras_transformer.server.api.ApiError: format 'html' is not supported: send plain text with format 'text'.
+keras_transformer.server.api.ApiError: format 'xml' is not supported: send format 'text' or 'html'.
 """
 
 import json
@@ -57,12 +57,20 @@ class Limits:
     api_keys: frozenset = frozenset()
 
 
+FORMATS = ("text", "html")
+
+
 @dataclass(frozen=True)
 class TranslateRequest:
+    """A checked request: its texts (`single` for a string `q`), languages
+    (`source` may be `"auto"`), `text_format` and how many `alternatives`."""
+
     texts: list[str]
     single: bool
     source: str
     target: str
+    text_format: str = "text"
+    alternatives: int = 0
 
 
 def read_translate_request(body: bytes, content_type: str, limits: Limits) -> TranslateRequest:
@@ -72,24 +80,50 @@ def read_translate_request(body: bytes, content_type: str, limits: Limits) -> Tr
         ApiError: see the module's docstring.
     """
     fields = _fields(body, content_type)
+    texts, single = read_texts(fields, limits)
+    text_format = fields.get("format") or "text"
+    if not isinstance(text_format, str) or text_format not in FORMATS:
+        shown = repr(text_format) if isinstance(text_format, str) else f"of type {type(text_format).__name__}"
+        raise ApiError(400, f"format {shown} is not supported: send format 'text' or 'html'.")
+    source, target = (_language_field(fields, name) for name in ("source", "target"))
+    return TranslateRequest(texts, single, source, target, text_format, _alternatives(fields.get("alternatives")))
+
+
+def read_detect_request(body: bytes, content_type: str, limits: Limits) -> tuple[list[str], bool]:
+    """The texts of a `/detect` body (`q`, `api_key`), checked as `/translate`'s,
+    and whether `q` was one string."""
+    return read_texts(_fields(body, content_type), limits)
+
+
+def read_texts(fields: dict, limits: Limits) -> tuple[list[str], bool]:
+    """`q` of a request's fields, within `limits`, its API key checked."""
     api_key = fields.get("api_key")
     if limits.api_keys and (not isinstance(api_key, str) or api_key not in limits.api_keys):
         raise ApiError(403, "Invalid API key: send a valid api_key with the request.")
     texts, single = _texts(fields.get("q"))
     if not single and limits.batch_limit is not None and len(texts) > limits.batch_limit:
         raise ApiError(400, f"Invalid request: {len(texts)} texts exceed the batch limit of {limits.batch_limit}.")
+    check_characters(texts, limits)
+    return texts, single
+
+
+def check_characters(texts: list[str], limits: Limits) -> None:
+    """Refuses texts of more characters, all together, than `limits.char_limit`."""
     characters = sum(len(text) for text in texts)
     if limits.char_limit is not None and characters > limits.char_limit:
         raise ApiError(400, f"Invalid request: {characters} characters exceed the text limit of {limits.char_limit}.")
-    text_format = fields.get("format", "text")
-    if text_format != "text":
-        shown = repr(text_format) if isinstance(text_format, str) else f"of type {type(text_format).__name__}"
-        raise ApiError(400, f"format {shown} is not supported: send plain text with format 'text'.")
-    alternatives = fields.get("alternatives", 0)
-    if alternatives not in (0, "0", None):
-        raise ApiError(400, "alternatives are not supported: leave the field out or send 0.")
-    source, target = (_language_field(fields, name) for name in ("source", "target"))
-    return TranslateRequest(texts, single, source, target)
+
+
+def _alternatives(value) -> int:
+    """`alternatives` as a count (JSON gives a number, a form a string)."""
+    if value is None or value == "":
+        return 0
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 9:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        shown = repr(value) if len(repr(value)) <= 40 else f"a {type(value).__name__} of {len(repr(value))} characters"
+        raise ApiError(400, f"Invalid request: alternatives must be a whole number >= 0; got {shown}.")
+    return value
 
 
 def check_language_tokens(request: TranslateRequest, token_languages: Collection[str]) -> None:

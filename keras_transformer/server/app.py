@@ -3,13 +3,18 @@
 Routes, as LibreTranslate has them, so that its clients work unchanged:
 
 - `POST /translate`: `q` (a string or a list), `source` (a code or
-  `"auto"`), `target`, `format` (`"text"`), `api_key`; JSON or
-  form-encoded. Answers `{"translatedText": ...}` in the shape of `q`.
+  `"auto"`), `target`, `format` (`"text"` or `"html"`), `alternatives`,
+  `api_key`; JSON or form-encoded. Answers `{"translatedText": ...}` in the
+  shape of `q`, with `detectedLanguage` for `"auto"` and `alternatives`.
+- `POST /detect`: `q` -> `[{"confidence", "language"}]`, likeliest first.
+- `POST /translate_file`: a multipart `file` (.txt, .html), `source`,
+  `target` -> `{"translatedFileUrl"}`, served by `GET /download_file/<name>`.
+- `POST /suggest`: 403, as LibreTranslate answers with suggestions off.
 - `GET /languages`: `[{"code", "name", "targets"}]`.
 - `GET /health`: 200 `{"status": "ok"}` once every model's batch shapes are
-  compiled; 503 while warming up; 500 if warming up failed (and `/translate`
-  says the same).
-- `GET /frontend/settings`: the limits the web page needs.
+  compiled, enough to translate anything (larger batches compile after);
+  503 while warming up; 500 if warming up failed (and `/translate` says the same).
+- `GET /frontend/settings`: LibreTranslate's settings of its web page.
 - `GET /metrics`: Prometheus' text format.
 - `GET /`: the web page.
 
@@ -36,16 +41,29 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from keras_transformer.server.api import ApiError, check_body_size, read_translate_request, too_large
+from keras_transformer.server.api import (
+    ApiError,
+    TranslateRequest,
+    check_body_size,
+    check_characters,
+    read_detect_request,
+    read_translate_request,
+    too_large,
+)
 from keras_transformer.server.engine import ModelEngine
+from keras_transformer.server.files import FILE_FORMATS, FileStore, TextFile, file_format
+from keras_transformer.server.languages import language_name
+from keras_transformer.server.markup import HtmlDocument
 from keras_transformer.server.routing import served_model
 from keras_transformer.server.service import ServiceSettings, TranslationService
 
 logger = logging.getLogger("keras_transformer.server")
 PAGE = importlib.resources.files("keras_transformer.server").joinpath("page.html")
+# LibreTranslate's `--frontend-timeout` default: how long its page waits after typing before it translates.
+FRONTEND_TIMEOUT_MS = 500
 
 
 def build_app(
@@ -77,23 +95,92 @@ def build_app(
 def app_of(service: TranslationService, warm_up: bool = True) -> Starlette:
     """The Starlette app of a `TranslationService`."""
     limits = service.settings.limits
+    files = FileStore()
+
+    def measured(answer):
+        """A translating route answering `await answer(request)`, timed and
+        counted, with the API's refusals and any failure as `{"error": ...}`."""
+
+        async def route(request: Request) -> Response:
+            started = time.monotonic()
+            service.metrics.in_flight.inc()
+            try:
+                response = await _answered(answer, request)
+                service.metrics.latency.labels(str(response.status_code)).observe(time.monotonic() - started)
+                return response
+            finally:
+                service.metrics.in_flight.dec()
+
+        return route
+
+    async def _body(request: Request) -> bytes:
+        check_body_size(request.headers.get("content-length"), limits)
+        return await _read_body(request, limits, service.settings.body_timeout_s)
 
     async def translate(request: Request) -> Response:
-        started = time.monotonic()
-        service.metrics.in_flight.inc()
-        try:
-            response = await _translate(request)
-            service.metrics.latency.labels(str(response.status_code)).observe(time.monotonic() - started)
-            return response
-        finally:
-            service.metrics.in_flight.dec()
+        parsed = read_translate_request(await _body(request), request.headers.get("content-type", ""), limits)
+        return JSONResponse(await _unless_disconnected(request, service.translate(parsed)))
 
-    async def _translate(request: Request) -> Response:
+    async def detect(request: Request) -> Response:
+        texts, single = read_detect_request(await _body(request), request.headers.get("content-type", ""), limits)
+        if (unavailable := service.unavailable()) is not None:
+            raise unavailable
+        found = [[d.as_json() for d in await asyncio.to_thread(service.detect, text)] for text in texts]
+        return JSONResponse(found[0] if single else found)
+
+    async def translate_file(request: Request) -> Response:
+        check_body_size(request.headers.get("content-length"), limits)
+        if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+            raise ApiError(415, "Send the file as multipart/form-data, with fields file, source and target.")
+        async with request.form(max_files=1, max_part_size=limits.max_body_bytes) as form:
+            if limits.api_keys and form.get("api_key") not in limits.api_keys:
+                raise ApiError(403, "Invalid API key: send a valid api_key with the request.")
+            upload = form.get("file")
+            if upload is None or isinstance(upload, str):
+                raise ApiError(400, "Invalid request: missing file parameter.")
+            try:
+                text_format = file_format(upload.filename or "")
+            except ValueError as error:
+                raise ApiError(400, f"Invalid request: {error}") from None
+            content = await upload.read(limits.max_body_bytes + 1)
+            source, target = form.get("source"), form.get("target")
+        if len(content) > limits.max_body_bytes:
+            raise too_large(limits)
+        if not source or not target:
+            raise ApiError(400, f"Invalid request: missing {'source' if not source else 'target'} parameter.")
         try:
-            check_body_size(request.headers.get("content-length"), limits)
-            body = await _read_body(request, limits, service.settings.body_timeout_s)
-            parsed = read_translate_request(body, request.headers.get("content-type", ""), limits)
-            return JSONResponse(await _unless_disconnected(request, service.translate(parsed)))
+            text = content.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ApiError(400, f"Invalid request: the file is not UTF-8 text (at byte {error.start}).") from None
+        document = HtmlDocument(text) if text_format == "html" else TextFile(text)
+        texts = [text] if text_format == "html" else document.texts
+        check_characters(texts, limits)
+        answer = await service.translate(TranslateRequest(texts, False, source, target, text_format))
+        translated = answer["translatedText"]
+        name = files.save(upload.filename, translated[0] if text_format == "html" else document.rebuilt(translated))
+        return JSONResponse({"translatedFileUrl": str(request.url_for("download_file", name=name))})
+
+    async def download_file(request: Request) -> Response:
+        name = request.path_params["name"]
+        path = files.path(name)
+        if path is None:
+            return JSONResponse({"error": f"No translated file {name!r} here: translate it with /translate_file."}, 404)
+        return FileResponse(path, filename=files.original_name(name))
+
+    async def suggest(request: Request) -> Response:
+        return JSONResponse({"error": "Suggestions are disabled on this server."}, 403)
+
+    def answered(answer):
+        """A route answering `await answer(request)`, with the API's refusals and any failure as `{"error": ...}`."""
+
+        async def route(request: Request) -> Response:
+            return await _answered(answer, request)
+
+        return route
+
+    async def _answered(answer, request: Request) -> Response:
+        try:
+            return await answer(request)
         except ApiError as error:
             service.metrics.rejected.labels(_reason(error.status)).inc()
             return JSONResponse({"error": error.message}, error.status, headers=error.headers)
@@ -104,6 +191,8 @@ def app_of(service: TranslationService, warm_up: bool = True) -> Starlette:
             # deadline, and would answer them 500 with a traceback in the log.
             service.metrics.rejected.labels("unavailable").inc()
             return JSONResponse({"error": "The server shut down before answering; retry."}, 503)
+        except HTTPException as error:  # Starlette's refusal of a malformed multipart body
+            return JSONResponse({"error": f"Invalid request: {error.detail}"}, error.status_code)
         except Exception as error:  # one request's failure, answered; the server goes on
             logger.exception("Translation failed")
             service.metrics.rejected.labels("error").inc()
@@ -117,8 +206,23 @@ def app_of(service: TranslationService, warm_up: bool = True) -> Starlette:
         return JSONResponse(body, status)
 
     async def frontend_settings(request: Request) -> Response:
+        languages = service.router.languages()
+        target = next(t for entry in languages for t in entry["targets"])
         return JSONResponse(
-            {"charLimit": limits.char_limit, "batchLimit": limits.batch_limit, "keyRequired": bool(limits.api_keys)}
+            {
+                "charLimit": limits.char_limit,
+                "batchLimit": limits.batch_limit,
+                "frontendTimeout": FRONTEND_TIMEOUT_MS,
+                "apiKeys": bool(limits.api_keys),
+                "keyRequired": bool(limits.api_keys),
+                "suggestions": False,
+                "filesTranslation": True,
+                "supportedFilesFormat": list(FILE_FORMATS),
+                "language": {
+                    "source": {"code": "auto", "name": "Auto Detect"},
+                    "target": {"code": target, "name": language_name(target)},
+                },
+            }
         )
 
     async def metrics(request: Request) -> Response:
@@ -137,10 +241,15 @@ def app_of(service: TranslationService, warm_up: bool = True) -> Starlette:
         # uvicorn has answered every open request by now (its graceful
         # shutdown); the batchers finish what is left in their queues.
         service.stop()
+        files.close()
 
     app = Starlette(
         routes=[
-            Route("/translate", translate, methods=["POST"]),
+            Route("/translate", measured(translate), methods=["POST"]),
+            Route("/detect", answered(detect), methods=["POST"]),
+            Route("/translate_file", measured(translate_file), methods=["POST"]),
+            Route("/download_file/{name}", download_file, methods=["GET"]),
+            Route("/suggest", suggest, methods=["POST"]),
             Route("/languages", languages, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/frontend/settings", frontend_settings, methods=["GET"]),

@@ -141,19 +141,28 @@ class ModelEngine:
             if size == 1 or size * bucket <= self.max_batch_tokens
         ]
 
-    def translate_rows(self, rows: list[list[int]]) -> list[str]:
+    @property
+    def max_alternatives(self) -> int:
+        """The most alternative translations of a sentence: the other hypotheses of its beam."""
+        return (self.search.beam_size or 1) - 1
+
+    def translate_rows(self, rows: list[list[int]], num_hypotheses: int = 1) -> list:
         """Translations of sentences of one bucket (the batcher gives at most
-        `rows_per_batch`; more are decoded in batches of that many)."""
+        `rows_per_batch`; more are decoded in batches of that many); with
+        `num_hypotheses` > 1, each sentence's n best (a list, best first; see
+        `Transformer.generate`)."""
         longest = max(rows, key=len)
         sizes = self._sizes(self.bucket_of(longest))
         if len(rows) > sizes[-1]:
             return [
                 text
                 for start in range(0, len(rows), sizes[-1])
-                for text in self.translate_rows(rows[start : start + sizes[-1]])
+                for text in self.translate_rows(rows[start : start + sizes[-1]], num_hypotheses)
             ]
         size = next(size for size in sizes if size >= len(rows))
         packed = self.model.preprocessor.pack_sources(rows + [longest] * (size - len(rows)), self.bucket_of(longest))
+        if num_hypotheses > 1:  # alternatives: generate's n-best search, compiled at the first such request of a shape
+            return self.model.generate(packed, search=self.search, num_hypotheses=num_hypotheses)[: len(rows)]
         translations = self.model.preprocessor.generate_postprocess(self.programs.run(packed))
         return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in translations][: len(rows)]
 
