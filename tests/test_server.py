@@ -366,7 +366,7 @@ class FakeEngine:
         return self.languages
 
 
-def test_routes_by_pair_multilingual_targets_and_ambiguous_auto():
+def test_routes_by_pair_and_multilingual_targets():
     bilingual = served_model("opus-mt-hi-en", FakeEngine())
     group = served_model("opus-mt-tc-big-gmw-gmw", FakeEngine(["deu", "eng", "nld"]))
     router = Router([bilingual, group])
@@ -374,9 +374,6 @@ def test_routes_by_pair_multilingual_targets_and_ambiguous_auto():
     to_dutch = router.route("en", "nl")
     assert to_dutch.model is group and to_dutch.target_language == "nld"
     assert router.route("deu", "eng").target_language == "eng"  # ISO 639-3 spellings work too
-    with pytest.raises(RoutingError, match="ambiguous"):
-        router.route("auto", "en")  # hi, de and nl all translate into English
-    assert Router([bilingual]).route("auto", "en").source == "hi"
     with pytest.raises(RoutingError, match="does not translate 'hi' into 'nl'"):
         router.route("hi", "nl")
     with pytest.raises(ValueError, match="languages"):

@@ -9,7 +9,7 @@ the first model given wins a pair two models serve.
 
 Example:
 >>> router = Router([ServedModel("en-de", None, sources=("en",), targets=("de",))])
->>> router.route("en", "de").model.name, router.route("auto", "de").source
+>>> router.route("en", "de").model.name, router.route("eng", "deu").source
 ('en-de', 'en')
 >>> router.languages()
 [{'code': 'en', 'name': 'English', 'targets': ['de']}, {'code': 'de', 'name': 'German', 'targets': []}]
@@ -153,23 +153,15 @@ class Router:
         """The route of a request.
 
         Raises:
-            RoutingError: an unknown code or pair, or `"auto"` where several sources serve the target.
+            RoutingError: an unknown code or pair (`"auto"` is the service's:
+                it detects each text's language first).
         """
         target_code = code(target) if isinstance(target, str) else None
         if target_code is None or all(t != target_code for _, t in self._routes):
             raise RoutingError(f"target {target!r} is not supported: {self._listing()}.")
-        if source == "auto":
-            sources = [s for s, t in self._routes if t == target_code]
-            if len(sources) != 1:
-                raise RoutingError(
-                    f"source 'auto' is ambiguous: {sorted(sources)} all translate into {target_code!r} here, "
-                    "and this server detects no languages. Pass one of them as source."
-                )
-            source_code = sources[0]
-        else:
-            source_code = code(source) if isinstance(source, str) else None
-            if source_code is None or all(s != source_code for s, _ in self._routes):
-                raise RoutingError(f"source {source!r} is not supported: {self._listing()}.")
+        source_code = code(source) if isinstance(source, str) else None
+        if source_code is None or all(s != source_code for s, _ in self._routes):
+            raise RoutingError(f"source {source!r} is not supported: {self._listing()}.")
         model = self._routes.get((source_code, target_code))
         if model is None:
             targets = [t for s, t in self._routes if s == source_code]
