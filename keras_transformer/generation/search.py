@@ -2,16 +2,12 @@
 
 KerasHub's `BeamSampler` keeps no pool of finished hypotheses and has no length
 penalty, both of which section 6.1 needs, so the search is written here, in
-`keras.ops` only: one `while_loop` over fixed-size buffers, so that it traces
-to a single graph (XLA on TensorFlow, `jax.jit` on JAX) with bounded shapes.
+`keras.ops` only: one `while_loop` over fixed-size buffers, one traced graph.
 
-Both functions take a `step_fn(token_ids, index, cache) -> (logits, cache)`
-that scores the next token of every row given the token at `index` (shape
-`(rows, 1)`) and a cache of keys/values that it updates; beam search also
-takes how to reorder that cache's rows. The scores are logits, log P up to a
-constant per row: greedy search needs only their order (so it spends no
-log-softmax over the vocabulary at every step), and beam search normalises
-them itself.
+Both take a `step_fn(token_ids, index, cache) -> (logits, cache)` scoring the
+next token of every row given the token at `index` (`(rows, 1)`) and a cache
+it updates; beam search also takes how to reorder the cache's rows. Greedy
+search needs only the logits' order (no log-softmax); beam search normalises.
 """
 
 from collections.abc import Callable
@@ -66,11 +62,8 @@ def first_argmax(x):
 
 
 def _chunk_length(length: int, preferred: int) -> int:
-    """The divisor of `length` closest to `preferred` (by ratio), from half to
-    8 times it, or `preferred` if there is none: logits of a length the
-    chunks do not divide are padded, which XLA writes out as a copy. A
-    vocabulary of 8,000 tokens divides into chunks of 32, one of 58,101
-    (Opus-MT) into chunks of 107.
+    """The divisor of `length` closest to `preferred` (by ratio), from half to 8 times it, or
+    `preferred` if none: logits the chunks do not divide are padded, which XLA writes out as a copy.
 
     Example:
     >>> _chunk_length(8000, 32), _chunk_length(58101, 32), _chunk_length(8009, 32)
@@ -302,8 +295,7 @@ def beam_search(
             the buffer. Their results are those of a buffer of
             `max(max_lengths) + 1`; the others need a longer buffer. (A
             shorter buffer is faster: every step reads all of it.)
-        num_hypotheses: how many of the finished pool's hypotheses to
-            return, best first (at most `beam_size`; CTranslate2's n-best).
+        num_hypotheses: the finished hypotheses returned, best first (at most `beam_size`).
         reorder_cache: `(cache, rows, length) -> cache` with the rows of
             `cache` in the order `rows`; only the first `length` positions
             need to be right (the positions decoded so far). By default,
@@ -318,11 +310,9 @@ def beam_search(
         `(tokens, scores)`: the best finished hypothesis of each sentence,
         `(batch, buffer_length)` int32 laid out as `greedy_search`'s, and its
         length-normalised log-probability `(batch,)`; with
-        `with_completion`, `(tokens, scores, complete)`. With
-        `num_hypotheses` n > 1, the n best finished hypotheses: tokens
-        `(batch, n, buffer_length)` and scores `(batch, n)`; the search goes
-        on until the n-th cannot improve, and a score of `NEG_INF` marks a
-        hypothesis it did not finish (as when the forced end cuts it short).
+        `with_completion`, `(tokens, scores, complete)`. With n = `num_hypotheses`
+        > 1, tokens `(batch, n, buffer_length)` and scores `(batch, n)`, found
+        until the n-th cannot improve; a score of `NEG_INF` marks one not finished.
     """
     if not 1 <= num_hypotheses <= beam_size:
         raise ValueError(f"num_hypotheses must be between 1 and the beam size {beam_size}; got {num_hypotheses}.")
@@ -373,10 +363,8 @@ def beam_search(
         return alive_tokens, alive_scores, finished_tokens, finished_scores, origin
 
     def can_improve(alive_scores, finished_scores):
-        """False for a sentence once its best finished score (its n-th best, for
-        n hypotheses) beats any score a live beam could still reach (log-probs
-        only fall; lp grows with length). Searching on for the n-th leaves the
-        best as it was: nothing found later can beat it."""
+        """False for a sentence once its n-th best finished score beats any a live
+        beam could still reach (log-probs only fall; lp grows with length)."""
         best_reachable = alive_scores[:, 0] / length_penalty(max_lengths, alpha)
         return (finished_scores[:, num_hypotheses - 1] < best_reachable) & (alive_scores[:, 0] > NEG_INF / 2)
 
@@ -405,10 +393,8 @@ def beam_search(
         (ops.convert_to_tensor(1, "int32"), alive_tokens, alive_scores, finished_tokens, finished_scores, cache),
         maximum_iterations=buffer_length - 2,
     )
-    if num_hypotheses > 1:
-        best = finished_tokens[:, :num_hypotheses, :], finished_scores[:, :num_hypotheses]
-    else:
-        best = finished_tokens[:, 0, :], finished_scores[:, 0]
+    n = num_hypotheses  # one hypothesis keeps no axis of hypotheses
+    best = (finished_tokens[:, :n], finished_scores[:, :n]) if n > 1 else (finished_tokens[:, 0], finished_scores[:, 0])
     if with_completion:
         return (*best, ops.logical_not(can_improve(alive_scores, finished_scores)))
     return best

@@ -76,3 +76,25 @@ class SearchSettings:
         if beam_size != "auto":
             changes["beam_size"] = beam_size
         return dataclasses.replace(self, **changes)
+
+
+def beam_size_of(sampler) -> int | None:
+    """The beam size a `compile(sampler=...)` value stands for.
+
+    Example:
+    >>> beam_size_of("beam"), beam_size_of("greedy")
+    (4, None)
+    """
+    import keras_hub
+
+    if sampler == "beam":
+        return SearchSettings.beam_size
+    if sampler == "greedy" or isinstance(sampler, keras_hub.samplers.GreedySampler):
+        return None
+    if isinstance(sampler, keras_hub.samplers.BeamSampler):
+        return sampler.num_beams
+    raise ValueError(
+        f"Transformer decodes with greedy or beam search (section 6.1); sampler {sampler!r} "
+        "is not one of them. Use sampler='beam' (the paper's), 'greedy', "
+        "keras_hub.samplers.GreedySampler() or keras_hub.samplers.BeamSampler(num_beams=k)."
+    )

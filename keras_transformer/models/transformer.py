@@ -8,9 +8,11 @@ import keras
 import keras_hub
 
 from keras_transformer.generation.decoding import resolve_jit_compile
+from keras_transformer.generation.settings import beam_size_of
+from keras_transformer.models.search_cache import SearchCache
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.models.transformer_fitting import TransformerFitting
-from keras_transformer.models.transformer_generation import SearchCache, TransformerGeneration, beam_size_of
+from keras_transformer.models.transformer_generation import TransformerGeneration
 from keras_transformer.models.transformer_preprocessor import TransformerPreprocessor
 from keras_transformer.presets.integrity import load_preset_weights
 from keras_transformer.presets.resolution import check_hub_reachable, preset_handle, resolve_preset

@@ -1,10 +1,8 @@
 """What `Transformer` decodes with: `generate`, `translate` and their compiled searches."""
 
 from functools import partial
-from typing import NamedTuple
 
 import keras
-import keras_hub
 import numpy as np
 
 from keras_transformer.generation.acceleration import rows_to_search, search_in_parts, searches_at_once
@@ -20,8 +18,9 @@ from keras_transformer.generation.batches import (
     token_id_batch,
 )
 from keras_transformer.generation.decoding import compiled_search, resolve_jit_compile
-from keras_transformer.generation.settings import SearchSettings
+from keras_transformer.generation.settings import SearchSettings, beam_size_of
 from keras_transformer.generation.translation import join_segments, source_segments, to_list, tokenize, translate_texts
+from keras_transformer.models.search_cache import SearchCache, SearchMode
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 
 # Sentences end long before section 6.1's source + 50 limit (Multi30k: 13 to
@@ -47,7 +46,7 @@ class TransformerGeneration:
             functions[key] = compiled_search(self, mode.jit_compile, settings, with_completion, num_hypotheses)
         return functions[key]
 
-    def _search_mode(self) -> "SearchMode":
+    def _search_mode(self) -> SearchMode:
         """How searches run now: `compile(jit_compile=...)` resolved (XLA on
         TensorFlow unless it said otherwise, whatever training chose for a
         bfloat16 model) and `run_eagerly`, which may change between calls."""
@@ -309,19 +308,12 @@ class TransformerGeneration:
     ) -> list[str] | str:
         """Translates texts, sentence by sentence, in batches of similar length.
 
-        Inputs are checked before anything runs, and a bad item is named by
-        its index. An empty or whitespace-only string (precisely: one with no
-        tokens) translates to `""` without running the model. `bytes` are
-        decoded as UTF-8.
-
-        Each text is split into its sentences (see
-        `keras_transformer.generation.sentences`), which are translated each on
-        its own, in the same batches as all others, and joined back with the
-        whitespace the text had between them (`"A. B.\\n\\nC."` gives three
-        translations joined by `" "` and `"\\n\\n"`): a model trained on
-        single sentences translates a text of several badly.
-        `split_sentences=False` keeps each text whole, for a model trained on
-        lines of several sentences.
+        Inputs are checked before anything runs; a bad item is named by its
+        index. A text with no tokens translates to `""` without running the
+        model; `bytes` are decoded as UTF-8. Each text's sentences (see
+        `generation.sentences`) are translated each on its own, in the same
+        batches as all others, and joined back with the whitespace between
+        them (`"A. B.\\n\\nC."`: three joined by `" "` and `"\\n\\n"`).
 
         The longest source the model takes is `min(backbone.max_sequence_length,
         preprocessor.encoder_sequence_length) - 2` tokens (`<s>` and `</s>`
@@ -336,8 +328,7 @@ class TransformerGeneration:
           inputs cut;
         - `"error"`: raise a `ValueError` naming the first such input.
 
-        However many texts come in, at most `batch_size` sentences are decoded
-        at a time, so memory stays bounded.
+        At most `batch_size` sentences are decoded at a time: memory stays bounded.
 
         Args:
             texts: a string, or a list (any iterable) of strings.
@@ -353,8 +344,7 @@ class TransformerGeneration:
                 starts with its own token (`">>nld<< ..."`) keeps it, and is
                 tokenized as `transformers`' `MarianTokenizer` does; each
                 sentence of it gets that token.
-            split_sentences: translate each sentence of a text on its own
-                (default), or each text whole.
+            split_sentences: each sentence on its own (default), or each text whole.
             source_language: the ISO 639-1 code of the texts' language
                 (`"en"`), whose abbreviations ("Dr.", "z. B.") end no
                 sentence; by default generic rules.
@@ -391,49 +381,12 @@ class TransformerGeneration:
         return limit - (2 if self.preprocessor is None or self.preprocessor.source_start_token else 1)
 
 
-class SearchMode(NamedTuple):
-    """How a model's searches run: each mode has searches of its own."""
-
-    eagerly: bool  # the model's `run_eagerly`
-    jit_compile: bool  # `compile(jit_compile=...)`, resolved
-
-
-class SearchCache:
-    """The compiled searches of a model, by `SearchMode`, then by
-    `(SearchSettings, with_completion)`.
-
-    Not a `dict`: Keras and TensorFlow track dicts set on a model, and the
-    SavedModel writer would then try to save these functions (and fail on
-    the tuple keys); a plain object is left alone.
-    """
-
-    def __init__(self, jit_compile: bool | str = "auto"):
-        self.jit_compile = jit_compile  # as given to `Transformer.compile`
-        self.functions = {}
-        self.shapes = set()  # of the searches run once, which may run in parts at once
-
-
 def _default_buffers(source_length: int, prompt_length: int, settings: SearchSettings) -> tuple[int | None, int]:
     """The output buffers `generate` searches with when given no `max_length`:
     the short first one (`None` where it would be no shorter) and the full one."""
     full = max(source_length + settings.max_extra_length, prompt_length + 1)
     first = source_length + FIRST_BUFFER_EXTRA
     return (first if first < full else None), full
-
-
-def beam_size_of(sampler) -> int | None:
-    """The beam size a `compile(sampler=...)` value stands for."""
-    if sampler == "beam":
-        return SearchSettings.beam_size
-    if sampler == "greedy" or isinstance(sampler, keras_hub.samplers.GreedySampler):
-        return None
-    if isinstance(sampler, keras_hub.samplers.BeamSampler):
-        return sampler.num_beams
-    raise ValueError(
-        f"Transformer decodes with greedy or beam search (section 6.1); sampler {sampler!r} "
-        "is not one of them. Use sampler='beam' (the paper's), 'greedy', "
-        "keras_hub.samplers.GreedySampler() or keras_hub.samplers.BeamSampler(num_beams=k)."
-    )
 
 
 def _check_stop_token_ids(backbone: TransformerBackbone, stop_token_ids) -> None:

@@ -101,6 +101,12 @@ class CTranslate2Engine(ModelEngine):
         self.source_pieces, target_pieces = _vocabularies(self.folder)
         self.target_ids = {piece: index for index, piece in enumerate(target_pieces)}
 
+    @property
+    def max_alternatives(self) -> int:
+        """None: `translate_rows` decodes each sentence's best only (CTranslate2's
+        `num_hypotheses` is not wired to the server's alternatives yet)."""
+        return 0
+
     def rows_per_batch(self, bucket: int) -> int:
         """The most sentences of `bucket`'s width decoded together (any number, not only powers of two)."""
         return max(1, min(self.batch_sizes[-1], self.max_batch_tokens // bucket))

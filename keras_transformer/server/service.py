@@ -234,7 +234,7 @@ class TranslationService:
                 return None
             where = "q" if request.single else f"q[{indices[0]}]"
             raise ApiError(400, f"{where} reads as {language_name(source)} ({source}): {error}") from None
-        if request.alternatives > route.model.engine.max_alternatives:
+        if request.alternatives and request.alternatives > route.model.engine.max_alternatives:
             limit = route.model.engine.max_alternatives
             raise ApiError(
                 400,
