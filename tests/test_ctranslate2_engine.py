@@ -3,8 +3,10 @@ app, its conversion cache (reused, and never left half-written), the
 `serve --engine ctranslate2` command, and the error when its extra is missing."""
 
 import os
+import socket
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -119,14 +121,15 @@ def test_a_failed_conversion_leaves_no_folder(model, tmp_path, monkeypatch):
 
 
 def test_serve_engine_ctranslate2_builds_the_engine(cache_home, cache, monkeypatch):
-    import uvicorn
-
     import keras_transformer.server as server
+    from keras_transformer.cli.commands import serve as serve_command
 
     built = {}
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
     monkeypatch.setattr(server, "build_app", lambda models, settings, warm_up: built.setdefault("models", models))
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: None)
+    # The command builds its server and runs it on a socket it bound: neither serves here.
+    monkeypatch.setattr(serve_command, "_server", lambda config: SimpleNamespace(run=lambda sockets: None))
+    monkeypatch.setattr(serve_command, "_bound_socket", lambda host, port: socket.socket())
     monkeypatch.setattr("signal.signal", lambda *args: None)
     assert cli_main(["serve", "multi30k_en_de", "--engine", "ctranslate2", "--greedy", "--max-batch-size", "4"]) == 0
     (served,) = built["models"]

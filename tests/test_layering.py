@@ -40,7 +40,7 @@ LAYERS = [
         "training.callbacks",
         "training.checkpoints",
     ],
-    ["models.transformer_fitting", "models.transformer_generation", "models.transformer"],
+    ["models.search_cache", "models.transformer_fitting", "models.transformer_generation", "models.transformer"],
     # Registered with KerasHub's loaders: the task class reaches it through them.
     ["marian", "marian.*"],
     [

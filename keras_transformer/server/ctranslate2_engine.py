@@ -51,7 +51,7 @@ class CTranslate2Engine(ModelEngine):
     Args:
         model: a float32 `Transformer` with a preprocessor that a Marian
             checkpoint can hold (see `marian.export`).
-        search, max_batch_size, max_batch_tokens, max_source_bucket, name: see `ModelEngine`.
+        search, max_batch_size, max_batch_tokens, max_source_bucket, name, split_sentences: see `ModelEngine`.
         precision: `"float32"`, or `"int8"` weights (computing in float32 elsewhere).
         inter_threads: each batch is cut into this many parts, decoded side
             by side, one per CTranslate2 worker (default: one per core).
@@ -72,6 +72,7 @@ class CTranslate2Engine(ModelEngine):
         max_batch_tokens: int = 2048,
         max_source_bucket: int = 64,
         name: str = "model",
+        split_sentences: bool = True,
         precision: str = "float32",
         inter_threads: int | None = None,
         intra_threads: int = 1,
@@ -86,6 +87,7 @@ class CTranslate2Engine(ModelEngine):
             max_batch_tokens=max_batch_tokens,
             max_source_bucket=max_source_bucket,
             name=name,
+            split_sentences=split_sentences,
         )
         ctranslate2 = import_ctranslate2()
         inter_threads = inter_threads or os.cpu_count() or 1
