@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -93,9 +94,9 @@ class TranslationService:
 
     def start(self, warm_up: bool = True) -> None:
         """Compiles what every model needs to translate anything (unless
-        `warm_up` is false), takes requests, then compiles the larger batch
-        sizes, each used as soon as it is ready; gives up between models (and
-        between larger shapes) once `stop()` was called."""
+        `warm_up` is false) and takes requests; then a thread at the lowest
+        priority compiles the larger batch sizes, each used as soon as it is
+        ready. Gives up between shapes once `stop()` was called."""
         try:
             for model in self.models:
                 if self._stopped.is_set():
@@ -110,10 +111,11 @@ class TranslationService:
             logger.exception("Warming up failed")
             raise
         self._ready.set()
-        if warm_up:
-            self._warm_up_later()
+        if warm_up:  # not a daemon, for the reason `start_in_background` gives
+            threading.Thread(target=self._warm_up_later, name="compile-later").start()
 
     def _warm_up_later(self) -> None:
+        _lower_this_threads_priority()  # requests first: this thread shares the cores with them
         for model in self.models:
             if self._stopped.is_set():
                 return
@@ -315,6 +317,13 @@ class TranslationService:
                 batcher.start()
                 self._n_best_batchers[model.name] = batcher
             return self._n_best_batchers[model.name]
+
+
+def _lower_this_threads_priority() -> None:
+    """The calling thread at the lowest CPU priority (Linux schedules threads
+    one by one); elsewhere nothing changes."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
 
 
 def _log_progress(name: str, done: int, total: int, kind: str = "batch") -> None:
