@@ -70,8 +70,8 @@ def _recording_searches(model, monkeypatch) -> list:
     searches = []
     search_function = model._search_function
 
-    def recording(settings, with_completion=False):
-        function = search_function(settings, with_completion)
+    def recording(settings, with_completion=False, num_hypotheses=1):
+        function = search_function(settings, with_completion, num_hypotheses)
 
         def run(inputs):
             searches.append((threading.current_thread().name, int(inputs["encoder_token_ids"].shape[0])))

@@ -189,6 +189,7 @@ def _until(condition, limit: float = 30) -> None:
 
 def test_a_request_past_its_deadline_gets_504_and_leaves_the_queue(trained_model, expected):
     service, engine = make_service(trained_model, ServiceSettings(timeout_s=0.5, max_wait_ms=0))
+    engine.warm_up()  # the 0.5 s deadline is for decoding: nothing may compile in it
     engine.gate.clear()
     with TestClient(app_of(service, warm_up=False)) as client:
         _wait_ready(client)
