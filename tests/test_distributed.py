@@ -29,7 +29,7 @@ from keras_transformer.training import data, distribution, prepared
 from test_prepared import ids, prepare, write_corpus
 
 WORKER = REPO_ROOT / "tests" / "distributed_worker.py"
-TIMEOUT = 150
+TIMEOUT = 300  # a bound on a hang: two processes each start TensorFlow and JAX on the same two cores
 # float32 sums in another order (per replica, then all-reduced): measured
 # 2.4e-7 (TF) and 7.2e-7 (JAX) at most in the losses. Weights differ more,
 # 7.5e-5 (TF) and 1.0e-4 (JAX) at most after 5 Adam steps of 0.01, because
