@@ -62,3 +62,18 @@ def random_algorithms(concrete_function) -> set[int]:
 
     ops_found = concrete_function.graph.get_operations()
     return {int(tf.get_static_value(op.inputs[3])) for op in ops_found if op.type == "StatelessRandomUniformV2"}
+
+
+def record_batches(model, monkeypatch) -> list:
+    """Replaces `model.generate` by a wrapper that records each batch's ids."""
+    batches = []
+    generate = model.generate
+
+    def recording(inputs, **kwargs):
+        import numpy as np
+
+        batches.append(np.asarray(inputs["encoder_token_ids"]))
+        return generate(inputs, **kwargs)
+
+    monkeypatch.setattr(model, "generate", recording)
+    return batches

@@ -16,25 +16,12 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from keras import ops
 
-from helpers import PAIRS, REPO_ROOT, TINY_TRAIN_ARGUMENTS
+from helpers import PAIRS, REPO_ROOT, TINY_TRAIN_ARGUMENTS, record_batches
 from keras_transformer.generation.translation import tokenize
 from keras_transformer.training import checkpoints
 from keras_transformer.training.callbacks import CURVES_CSV, read_curves
 
 LONG_TEXT = " ".join(p[0] for p in PAIRS[:4])  # four sentences, more than 14 tokens
-
-
-def record_batches(model, monkeypatch):
-    """Replaces `model.generate` by a wrapper that records each batch's ids."""
-    batches = []
-    generate = model.generate
-
-    def recording(inputs, **kwargs):
-        batches.append(np.asarray(inputs["encoder_token_ids"]))
-        return generate(inputs, **kwargs)
-
-    monkeypatch.setattr(model, "generate", recording)
-    return batches
 
 
 # --- Checking the input -------------------------------------------------

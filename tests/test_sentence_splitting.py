@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from helpers import PAIRS
+from helpers import PAIRS, record_batches
 from keras_transformer.generation.sentences import join_sentences, split_sentences
 from keras_transformer.generation.translation import source_segments, tokenize
 
@@ -22,19 +22,6 @@ TARGETS = [target for _, target in PAIRS]
 PRESET = "multi30k_en_de"
 JOINED_TEXTS = 150  # texts of two test_2016_flickr sentences each
 BLEU_TOLERANCE = 0.5
-
-
-def record_batches(model, monkeypatch) -> list[np.ndarray]:
-    """Replaces `model.generate` by a wrapper that records each batch's ids."""
-    batches = []
-    generate = model.generate
-
-    def recording(inputs, **kwargs):
-        batches.append(np.asarray(inputs["encoder_token_ids"]))
-        return generate(inputs, **kwargs)
-
-    monkeypatch.setattr(model, "generate", recording)
-    return batches
 
 
 # --- Splitting and joining ------------------------------------------------
