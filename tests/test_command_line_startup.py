@@ -16,7 +16,13 @@ STARTUP_FILE = Path(startup.__file__)
 
 @pytest.fixture
 def environment(monkeypatch):
-    for name in ("KERAS_TRANSFORMER_COMPILE_CACHE", "TF_XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR", "XDG_CACHE_HOME"):
+    for name in (
+        "KERAS_TRANSFORMER_COMPILE_CACHE",
+        "TF_XLA_FLAGS",
+        "JAX_COMPILATION_CACHE_DIR",
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+        "XDG_CACHE_HOME",
+    ):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
@@ -39,6 +45,8 @@ def test_the_caches_of_tensorflow_and_jax_go_to_one_folder_per_version(environme
     if jaxlib:
         folder = root / f"jaxlib-{jaxlib}"
         assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(folder) and folder.is_dir()
+        # Every program, however quickly it compiled: a model's initializers too.
+        assert os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
 
 
 def test_the_users_own_settings_are_kept_and_zero_turns_the_cache_off(environment, tmp_path):

@@ -254,6 +254,10 @@ def use_compile_cache() -> None:
         except OSError:
             return  # an unwritable home: run without the cache
         os.environ[variable] = f"{current} {flag}={folder}".strip() if flag else str(folder)
+    # JAX caches only programs that took a second to compile; the weights'
+    # initializers and a server's small batch shapes take less, and a model
+    # loading compiled its initializers again at every start.
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 
 def unreadable_compile_cache(error: BaseException) -> Path | None:
