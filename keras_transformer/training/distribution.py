@@ -101,10 +101,8 @@ def prepare_dataset(dataset, strategy: str = "none", *, per_process: bool = Fals
     weighs K / (real tokens of the update, in every process).
 
     Under `"mirrored"`, boolean tensors also become int32: Keras 3 builds the
-    model from the mean over replicas of the first batch
-    (`strategy.reduce("MEAN", ...)`), which fails on booleans ("Value for
-    attr 'T' of bool is not in the list of allowed values ... AddN").
-    `TransformerBackbone` takes int32 padding masks as well.
+    model from the mean over replicas of the first batch, which fails on
+    booleans; `TransformerBackbone` takes int32 padding masks as well.
 
     With `"none"`, the dataset is returned unchanged.
 
