@@ -55,8 +55,9 @@ BREAKDOWN_CHILD = r"""
 import json, sys, time
 marks = [time.time()]
 arguments = json.loads(sys.argv[1])
-sys.argv = ["keras-transformer", *arguments]  # the command line's start-up
-from keras_transformer.cli import main as cli, startup
+from keras_transformer.cli import startup
+startup.prepare(arguments)  # the command line's start-up, before Keras
+from keras_transformer.cli import main as cli
 from keras_transformer.cli.commands import translate
 marks.append(time.time())
 startup.after_imports()
@@ -67,7 +68,7 @@ model.run_eagerly = not translate._compile_search(args, len(args.sentences))
 translate._translate_chunk(model, args.sentences, args, translate.search_settings(args), None)
 marks.append(time.time())
 print(json.dumps(marks), flush=True)
-startup.exit_at_once(0)
+sys.exit(0)  # as the command ends
 """
 
 

@@ -50,6 +50,9 @@ def test_tokenizer_internals():
 def test_keras_hub_preset_names():
     assert library_internals.CONFIG_FILE == "config.json"
     assert library_internals.HF_PREFIX == "hf://"
+    assert (library_internals.ASSET_DIR, library_internals.METADATA_FILE) == ("assets", "metadata.json")
+    assert (library_internals.MODEL_WEIGHTS_FILE, library_internals.README_FILE) == ("model.weights.h5", "README.md")
+    assert isinstance(library_internals.BUILTIN_PRESETS_FOR_BACKBONE, dict)
     assert callable(library_internals.get_preset_saver) and callable(library_internals.register_presets)
 
 
@@ -138,3 +141,26 @@ def test_tensorflow_xla_context_is_still_readable():
     tf.function(record, jit_compile=False)(1.0)
     tf.function(record, jit_compile=True)(1.0)
     assert seen == [False, False, True]
+
+
+def test_keras_masks_are_read_and_attached_as_keras_layers_do():
+    tensor = keras.ops.ones((1, 3))
+    assert library_internals.keras_mask(tensor) is None
+    library_internals.set_keras_mask(tensor, keras.ops.convert_to_tensor([[True, False, True]]))
+    assert keras.ops.convert_to_numpy(library_internals.keras_mask(tensor)).tolist() == [[True, False, True]]
+    masked = keras.layers.Embedding(4, 2, mask_zero=True)(np.array([[1, 0]]))
+    assert keras.ops.convert_to_numpy(library_internals.keras_mask(masked)).tolist() == [[True, False]]
+
+
+def test_the_autocast_scope_is_the_one_layer_call_opens_under_mixed_precision():
+    seen = []
+
+    class Record(keras.layers.Layer):
+        def call(self, x):
+            seen.append(library_internals.autocast_scope())
+            return x
+
+    Record()(np.ones((1, 2), "float32"))
+    Record(dtype="mixed_bfloat16")(np.ones((1, 2), "float32"))
+    assert seen[0] is None and seen[1] is not None
+    assert library_internals.autocast_scope() is None

@@ -99,12 +99,12 @@ def _parents(name: str, verbose: argparse.ArgumentParser, backend: argparse.Argu
 def command_line() -> None:
     """The `keras-transformer` program (its console script and `python -m
     keras_transformer.cli`): the start-up before Keras loads, the command,
-    and for `translate` and `serve` the exit without Python's finalization."""
+    and the exit (`keras_transformer.cli.startup`)."""
     argv = sys.argv[1:]
     startup.prepare(argv)
     code = main(argv)
-    if startup.command_of(argv) in startup.EXIT_AT_ONCE_COMMANDS:
-        startup.exit_at_once(code)
+    if startup.command_of(argv) in startup.END_PROCESS_COMMANDS:
+        startup.end_process(code)
     sys.exit(code)
 
 

@@ -1,55 +1,31 @@
-"""What the command line sets up before Keras and TensorFlow start.
+"""What the command line sets up before Keras starts, and how `serve` ends.
 
-Run as `keras-transformer ...` (or `python -m keras_transformer.cli ...`),
-`cli.main.command_line` calls `prepare()` before anything imports Keras (the
-package's `__init__` imports neither Keras nor TensorFlow), because two
-things only work before that import:
+`cli.main.command_line` calls `prepare(argv)` before anything imports Keras
+(the package's `__init__` imports neither Keras nor TensorFlow), and
+`after_imports()` once the command's modules are imported. Used as a
+library, the package changes nothing of this. `prepare`:
 
-- `--backend NAME` sets `KERAS_BACKEND` (Keras reads it once, on import);
-  `export` always runs on TensorFlow.
-- TensorFlow's and XLA's native start-up lines ("I0000 ... cudart_stub.cc
-  ... Could not find cuda drivers", "WARNING: All log messages before
-  absl::InitializeLog() ...") are kept off the terminal. TensorFlow writes
-  them through absl before reading `TF_CPP_MIN_LOG_LEVEL`, so no setting
-  silences them: file descriptor 2 becomes a pipe whose lines are
-  forwarded to the real stderr unless they have the native log format.
-  Python's own stderr (warnings, errors, progress bars) writes to the real
-  stderr directly.
+- sets `KERAS_BACKEND` from `--backend`, as Keras reads it once, on import
+  (TensorFlow for `export`; JAX for `serve` where installed and not set);
+- keeps compiled programs on disk between runs, with TensorFlow's and JAX's
+  own persistent caches, in `$XDG_CACHE_HOME/keras_transformer/compiled/`
+  (`~/.cache/...`), a folder per library version;
+  `KERAS_TRANSFORMER_COMPILE_CACHE=DIR` puts them in DIR, `=0` turns the
+  cache off. A damaged file there stops TensorFlow: `cli.main` then says so
+  in one sentence and empties the folder;
+- for `translate` and `serve`, refuses `OPTIONAL_IMPORTS` while the package
+  imports, as if they were not installed;
+- keeps TensorFlow's and XLA's native log lines ("I0000 ... cudart_stub.cc
+  ...") off the terminal: file descriptor 2 becomes a pipe whose lines reach
+  the real stderr unless they have the native log format. Python's own
+  stderr writes to the real one directly. `--verbose` (before the command,
+  or after it but for `train`) or `KERAS_TRANSFORMER_VERBOSE=1` keeps them.
 
-- Compiled programs are kept on disk between runs (TensorFlow's and JAX's
-  own persistent compilation caches), in
-  `$XDG_CACHE_HOME/keras_transformer/compiled/` (`~/.cache/...`), one folder
-  per backend version; `KERAS_TRANSFORMER_COMPILE_CACHE=DIR` puts them in
-  DIR, `=0` turns the cache off. A cached program saves the compilation of
-  a new process's first batch of a shape, not its tracing. A
-  damaged file there stops TensorFlow (JAX warns and compiles): the command
-  then says so in one sentence and empties the folder (`cli.main`).
-
-`--verbose` (before the command, or after it except for `train`) or `KERAS_TRANSFORMER_VERBOSE=1`
-leaves everything as TensorFlow and JAX print it.
-
-Start-up and exit are kept short, which matters most to `translate` with a
-sentence or two:
-
-- Python's garbage collector stays off while the package imports (each full
-  collection walks every object TensorFlow has created so far, and the
-  imports trigger many), and those objects are then left out of later
-  collections (`gc.freeze`): `after_imports()`, called by `cli.main`.
-- For `translate` and `serve`, optional imports of TensorFlow, Keras and
-  KerasHub that they never use (`OPTIONAL_IMPORTS`: each is guarded by `try:
-  import ... except ImportError`) are refused while the package imports, and
-  allowed again afterwards (for `serve`, 0.12 GB less resident memory).
-- `translate` ends without Python's finalization, which would collect
-  TensorFlow's objects once more for nothing (`exit_at_once`): exit
-  handlers run and the output is flushed, then the process ends. `serve`
-  ends so too: its warm-up thread may still be compiling.
-
-Used as a library, the package changes nothing of this.
+`end_process` ends `serve` without Python's finalization.
 """
 
 import atexit
 import contextlib
-import gc
 import importlib.metadata
 import importlib.util
 import io
@@ -60,6 +36,7 @@ import re
 import sys
 import threading
 from pathlib import Path
+from typing import NoReturn
 
 VERBOSE_VARIABLE = "KERAS_TRANSFORMER_VERBOSE"
 COMPILE_CACHE_VARIABLE = "KERAS_TRANSFORMER_COMPILE_CACHE"
@@ -69,8 +46,9 @@ BACKENDS = ("tensorflow", "jax", "torch")
 OWN_VERBOSE = ("train",)
 
 # The line formats of absl/TSL logging (current and TensorFlow < 2.16) and of
-# TensorFlow's CPU-feature notice. Fatal ("F") lines are kept: they explain
-# a crash.
+# TensorFlow's CPU-feature notice, filtered because TensorFlow 2.19 and later
+# write them before reading TF_CPP_MIN_LOG_LEVEL: no setting silences them.
+# Fatal ("F") lines are kept: they explain a crash.
 NATIVE_LOG_LINE = re.compile(
     rb"^(?:[IWE]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^\]]*\] "
     rb"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] "
@@ -79,20 +57,21 @@ NATIVE_LOG_LINE = re.compile(
 )
 
 # Imported only inside `try: ... except ImportError` by TensorFlow, Keras or
-# KerasHub, for what `translate` never does: TensorFlow Lite's conversion of
-# JAX functions, Keras' notebook display and image plots, KerasHub's grain
-# datasets and Kaggle downloads, Keras' pandas inputs to `fit` and `predict`.
+# KerasHub, for what `translate` and `serve` never do: TensorFlow Lite's
+# conversion of JAX functions, Keras' notebook display and image plots,
+# KerasHub's grain datasets and Kaggle downloads, Keras' pandas inputs to `fit`.
 # JAX stays importable when it is the backend.
 OPTIONAL_IMPORTS = ("jax", "IPython", "matplotlib", "grain", "kagglehub", "pandas")
-# Commands that refuse OPTIONAL_IMPORTS while the package imports.
+# Refusing them was measured to shorten `translate`'s imports (pandas alone)
+# and to lower `serve`'s resident memory before it compiles anything.
 LEAN_COMMANDS = ("translate", "serve")
-# Commands that end without Python's finalization (`exit_at_once`): `translate`
-# writes nothing but its output; `serve` may be stopped while its warm-up
-# thread compiles, which finalization would tear down mid-call (an abort).
-EXIT_AT_ONCE_COMMANDS = ("translate", "serve")
+# `serve` may be stopped while its warm-up thread compiles, which Python's
+# finalization would wait for (a non-daemon thread) or tear down mid-call (a
+# daemon one: an abort), so it ends with `end_process`.
+END_PROCESS_COMMANDS = ("serve",)
 
 _filter = {}  # the installed filter: the real stderr's descriptor and the thread
-_start_up = {"refused": [], "collector_paused": False}  # what `prepare` changed until `after_imports`
+_refused = []  # what `prepare` refused until `after_imports`
 
 
 def verbose_requested(argv: list[str]) -> bool:
@@ -122,25 +101,21 @@ def command_of(argv: list[str]) -> str | None:
 
 
 def prepare(argv: list[str]) -> None:
-    """Applies `--backend`, the compile cache, the quick start-up (see the
-    module docstring) and, unless verbose, the native log filter.
+    """Applies, for the command line `argv`, what the module docstring lists.
 
     Call before Keras is imported, and `after_imports()` after; a wrong
     `--backend` is left for the argument parser to report.
     """
     backend = "tensorflow" if command_of(argv) == "export" else option_value(argv, "--backend")
     if backend is None and command_of(argv) == "serve" and not os.environ.get("KERAS_BACKEND"):
-        # The server's compiled programs take a fifth of TensorFlow's memory on
-        # JAX (keras_transformer.server.programs); the serve extra installs it.
+        # The server's compiled programs take a fraction of TensorFlow's memory
+        # on JAX (keras_transformer.server.programs); the serve extra installs it.
         backend = "jax" if importlib.util.find_spec("jax") is not None else None
     if backend in BACKENDS:
         os.environ["KERAS_BACKEND"] = backend
     use_compile_cache()
     if command_of(argv) in LEAN_COMMANDS:
         refuse_optional_imports(needs_kaggle=any(arg.startswith("kaggle://") for arg in argv))
-    if gc.isenabled():
-        gc.disable()
-        _start_up["collector_paused"] = True
     if verbose_requested(argv):
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # older TensorFlow honours it
@@ -164,7 +139,7 @@ def refuse_optional_imports(needs_kaggle: bool = False) -> None:
             continue
         if name not in sys.modules:
             sys.modules[name] = None  # `import name` raises ImportError
-            _start_up["refused"].append(name)
+            _refused.append(name)
 
 
 def configured_backend() -> str | None:
@@ -185,30 +160,24 @@ def configured_backend() -> str | None:
 
 
 def after_imports() -> None:
-    """Undoes what `prepare` did for the imports: refused modules become
-    importable again, and the garbage collector runs again, leaving the
-    objects that exist now out of its collections. Does nothing where
-    `prepare` did not run (the package used as a library)."""
-    for name in _start_up["refused"]:
+    """Makes the modules `prepare` refused importable again. Does nothing
+    where `prepare` did not run (the package used as a library)."""
+    for name in _refused:
         if sys.modules.get(name, False) is None:
             del sys.modules[name]
-    _start_up["refused"].clear()
-    if _start_up["collector_paused"]:
-        _start_up["collector_paused"] = False
-        gc.freeze()
-        gc.enable()
+    _refused.clear()
 
 
-def exit_at_once(code: int) -> None:
-    """Ends the process with `code` after the exit handlers ran, skipping
-    Python's finalization; returns (for an ordinary exit) only when the
-    output cannot be flushed, e.g. a closed pipe, which Python then reports."""
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        return
-    atexit._run_exitfuncs()  # the native log filter forwards what is left
+def end_process(code: int) -> NoReturn:
+    """Ends the process with `code` without Python's finalization (which
+    would wait for, or tear down, threads still running): standard output and
+    error are flushed and the exit handlers run first (the native log filter
+    forwards what is left, logging flushes its handlers). Files the process
+    still has open are not flushed: call it when none is being written."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    atexit._run_exitfuncs()  # Python's atexit offers no public call that runs the handlers
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.flush()
     os._exit(code)

@@ -1,46 +1,28 @@
 """A translation model as a TensorFlow SavedModel: strings in, strings out.
 
-`export_saved_model` writes a SavedModel whose `serving_default` signature
-takes a batch of sentences (`tf.string`, shape `[None]`) and returns their
-translations. Everything runs inside the graph: tokenization, packing as
-the model's preprocessor packs, the encoder, the beam search of section 6.1
-(`keras_transformer.generation.decoding.search_step`) and detokenization. The
-tokenizer's own TensorFlow ops do the text work:
-
-- a native preset: one SentencePiece model (tensorflow_text), sources
-  packed as `<s> ... </s>`;
-- a Marian (Opus-MT) model: `source.spm` segments the source, a
-  `tf.lookup.StaticHashTable` of `vocab.json` maps pieces to ids (unknown
-  pieces to `<unk>`; a leading language tag such as `>>fra<<` is one token),
-  sources are packed as `... </s>`; outputs map back to pieces through the
-  vocabulary and `target.spm` joins them.
-
-Loading it needs TensorFlow and tensorflow_text only, so TensorFlow
-Serving, or any TensorFlow program, can serve it:
+`export_saved_model` writes a SavedModel that translates a batch of sentences
+(`tf.string`, shape `[None]`) inside the graph: tokenization and packing as the
+model's preprocessor does them (a native preset's SentencePiece model, or a
+Marian model's `source.spm`, vocabulary table and `target.spm`), the encoder,
+the beam search of section 6.1 (`generation.decoding.search_step`) and
+detokenization. Loading it needs TensorFlow and tensorflow_text only, so
+TensorFlow Serving, or any TensorFlow program, can serve it:
 
     import tensorflow as tf
     import tensorflow_text  # registers the SentencePiece ops
     translate = tf.saved_model.load("export/en_de").signatures["serving_default"]
     translate(inputs=tf.constant(["Two dogs play in the snow."]))["outputs"]
 
-Signatures:
+Signatures: `serving_default(inputs)`, beam search with the beam size and
+alpha given at export; `translate_with_options(inputs, alpha, greedy)`, the
+same beam size with alpha as an input, or greedy search. A multilingual
+model is exported with one target language, whose token (`>>deu<<`) starts
+every input that has none.
 
-- `serving_default(inputs)`: beam search with the beam size and alpha given
-  at export time.
-- `translate_with_options(inputs, alpha, greedy)`: the same beam size, with
-  the length penalty exponent as an input, or greedy search.
-
-A multilingual model (target-language tokens such as `>>deu<<`) is exported
-with its target language (`target_language=`, or the tokenizer's own): its
-token starts every input that has none.
-
-The graph differs from `Transformer.translate` in one way: sentence splitting
-is Python, so each input is translated whole and one longer than the model
-takes (`model.max_source_tokens`) is truncated, as
-`translate(too_long="truncate", split_sentences=False)` does.
-Empty inputs translate to `""`, as in `translate`.
-
-Export runs on the TensorFlow backend only (the graph is a `tf.function`);
+Unlike `Transformer.translate`, the graph does not split sentences (that is
+Python): an input longer than `model.max_source_tokens` is truncated, as
+`translate(too_long="truncate", split_sentences=False)` does; an empty input
+translates to `""`. Export runs on the TensorFlow backend only;
 `keras-transformer export` starts TensorFlow itself.
 """
 

@@ -9,26 +9,23 @@ exact: no greedy or beam translation changes.
 - **Sinusoid layout.** Marian puts all sines before all cosines; the paper
   interleaves them. The model axis of every weight (embedding columns,
   attention and FFN inputs and outputs, LayerNorm parameters) is reordered
-  the same way: LayerNorm, attention and the FFN do not depend on the order
-  of that axis, so the network computes the same, in the new order.
-- **A zero decoder-start embedding.** CTranslate2, like Marian itself, feeds
-  a zero vector at the first decoding step, not the start token's row.
-  Every embedding row is shifted by minus the start token's row, which makes
-  that row zero. The inputs of the first encoder and decoder layer then all
-  move by the same vector, which their attention biases add back (query,
-  key and value biases by its projection, the output bias by the vector
-  itself for the residual). In the tied output projection the shift
-  subtracts one number from all logits of a position, which softmax ignores.
-  An Opus-MT model's start token (`<pad>`) has a zero row: nothing changes.
+  the same way; none of these layers depends on the order of that axis.
+- **A zero decoder-start embedding.** CTranslate2, like Marian, feeds a zero
+  vector at the first decoding step, not the start token's row. Every
+  embedding row is shifted by minus that row; the first encoder and decoder
+  layers' attention biases add the shift back (query, key and value biases
+  by its projection, the output bias by the vector itself for the residual),
+  and in the tied output projection it subtracts one number from all logits
+  of a position, which softmax ignores. An Opus-MT model's start token
+  (`<pad>`) has a zero row: nothing changes.
 - **Tokens never generated.** The decoder start and padding tokens get a
   logits bias of `NEVER_GENERATED`, so that no runtime emits them, as this
   project's search never does.
 
-The last row is Marian's `<pad>`, which is also its decoder start: it is
-zero, like the start token's row (see `export_tokenizer` for a model whose
-padding token was elsewhere, which gets a new last row). With separate
-vocabularies, all of this concerns the target's matrix; the source's is
-only reordered.
+The last row is Marian's `<pad>`, also its decoder start (see
+`export_tokenizer` for a model whose padding token was elsewhere). With
+separate vocabularies, all of this concerns the target's matrix; the
+source's is only reordered.
 """
 
 import keras

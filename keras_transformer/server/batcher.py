@@ -5,21 +5,14 @@ future of their translations. The worker takes sentences of one source width
 (`engine.bucket_of`), oldest first, and decodes them together as soon as a
 batch is full (`engine.rows_per_batch`) or its oldest sentence has waited
 `max_wait_ms`; while a batch decodes, the next one fills. Each request gets
-its own sentences back, in order.
+its own sentences back, in order. (Ray Serve's `@serve.batch` batches whole
+calls, not the sentences inside them; the Ray deployment uses this class.)
 
-Why not a library's: Ray Serve's `@serve.batch` batches whole calls, not the
-sentences inside them, and knows nothing of length buckets; TensorFlow
-Serving's batcher is not a Python library. The server's Ray deployment uses
-this same class inside each replica.
-
-Backpressure, as TensorFlow Serving's `max_enqueued_batches` and Triton's
-`max_queue_size`: at most `max_queue` sentences wait; beyond that `submit`
-raises `Overloaded` (the server's 429), so latency stays bounded instead of
-growing with the queue. A request of more sentences than `max_queue` could
-never be queued: it is refused at once (`TooManySentences`, the server's 413),
-not told to retry. A request past its deadline (`DeadlineExceeded`, the
-server's 504), cancelled, or whose batch failed leaves the queue rather than
-being decoded for nobody.
+Backpressure: at most `max_queue` sentences wait; beyond that `submit`
+raises `Overloaded` (the server's 429), so latency stays bounded. A request
+of more sentences than `max_queue` is refused at once (`TooManySentences`,
+413). A request past its deadline (`DeadlineExceeded`, 504), cancelled, or
+whose batch failed leaves the queue rather than being decoded for nobody.
 
 Example:
 >>> class Upper:  # an engine: widths, batch limits, and a batch of rows to texts

@@ -56,9 +56,8 @@ class CTranslate2Engine(ModelEngine):
         inter_threads: each batch is cut into this many parts, decoded side
             by side, one per CTranslate2 worker (default: one per core).
         intra_threads: threads per worker. One: CTranslate2's threads spin
-            while they wait for each other, and on 2 cores a batch of 32
-            took 916 ms on two threads, 450 ms cut in two parts
-            (`benchmarks/RESULTS-serving.md`).
+            while they wait for each other, so a batch cut in parts, one
+            thread each, decodes faster than one batch on every thread.
         device: CTranslate2's `"cpu"`, `"cuda"` or `"auto"`.
         cache: the folder of converted models (default `ctranslate2_cache.cache_root()`).
     """

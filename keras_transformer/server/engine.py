@@ -1,23 +1,20 @@
 """One loaded model as the server runs it: texts to sentences, batches of sentences to translations.
 
-A compiled search is specialised to its input shape, and compiling one takes
-far longer than decoding a batch. So the server decodes only a fixed set of
-shapes, each compiled once (`keras_transformer.server.programs`):
+Compiling a search of one shape takes far longer than decoding a batch, so
+the server decodes a fixed set of shapes, each compiled once
+(`keras_transformer.server.programs`):
 
-- source widths in `length_buckets` (`LENGTH_BUCKET`, the width `translate`
-  pads to, then twice the last, up to `max_source_bucket`: each width is a
-  compiled program more per batch size, so few of them); each text is cut into its
-  sentences, as `translate` cuts, and a longer sentence into pieces that fit;
-- batch sizes in `batch_sizes` (1, 4, 16, ... up to `max_batch_size`: each
-  size a compiled program more per width, so few of them; fewer rows for
-  wide buckets so that no batch holds more than `max_batch_tokens` source
-  positions); a batch is filled up to the next compiled size with copies of
-  its longest row, as `translate` fills its last batch.
+- source widths `length_buckets`: `LENGTH_BUCKET`, then twice the last, up to
+  `max_source_bucket`. Texts are cut into sentences as `translate` cuts them,
+  and a longer sentence into pieces that fit.
+- batch sizes `batch_sizes`: 1, 4, 16, ... up to `max_batch_size`, fewer rows
+  for wide buckets (at most `max_batch_tokens` source positions). A batch is
+  filled up to the next size with copies of its longest row.
 
-`warm_up` compiles one batch size per width, enough to translate anything, and
-`warm_up_later` the larger sizes, which the server compiles after it reports
-ready. Once warming up has begun, batches are only of compiled sizes: no
-request waits for a compiler.
+`warm_up` compiles one batch size per width, enough to translate anything;
+`warm_up_later` the larger sizes, after the server reports ready. Once
+warming up has begun, batches are only of compiled sizes: no request waits
+for a compiler.
 
 Example:
 >>> import keras_transformer as kt

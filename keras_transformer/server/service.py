@@ -133,7 +133,7 @@ class TranslationService:
         # down in the middle of a compiler's native call, which aborts the
         # process ("terminate called ...", exit 134). Exit waits for the model
         # being compiled instead; `keras-transformer serve` does not wait, it
-        # ends without finalization (`cli.startup.exit_at_once`).
+        # ends without finalization (`cli.startup.end_process`).
         thread = threading.Thread(target=self._start_and_keep_failure, name="warm-up")
         thread.start()
         return thread

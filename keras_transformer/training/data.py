@@ -247,8 +247,7 @@ def without_autotuning(dataset: tf.data.Dataset) -> tf.data.Dataset:
     """`dataset` with tf.data's autotuner off.
 
     The autotuner's background thread competes with the training step for
-    the CPU, which slows training on a machine with few cores
-    (`benchmarks/RESULTS.md`, "Why the code takes these paths").
+    the CPU, which slows training on a machine with few cores.
     Padding a few hundred short rows per batch needs no tuning.
     """
     options = tf.data.Options()

@@ -2,16 +2,11 @@
 
 - `"none"`: the default device.
 - `"mirrored"`: `tf.distribute.MirroredStrategy` over every visible GPU (or
-  the logical CPUs TensorFlow was given); TensorFlow backend only. Keras 3
-  needs the model built, compiled and fit inside `strategy.scope()`.
+  the logical CPUs TensorFlow was given); TensorFlow only.
 - `"jax-data-parallel"`: `keras.distribution.DataParallel` over all JAX
-  devices; JAX backend only. It is set globally with
-  `keras.distribution.set_distribution` for the duration of the scope. After
-  `initialize(coordinator, num_processes, process_id)` it spans every
-  process (host): this is Keras 3's multi-host path.
+  devices, and over every host after `initialize(...)`; JAX only.
 
-A training run then looks like this (every process of a multi-host job runs
-the same code with its own `process_id`):
+Every process of a multi-host job runs the same code with its own `process_id`:
 
     initialize("10.0.0.1:1234", num_processes=2, process_id=0)  # JAX, several hosts
     with training_scope(strategy):
@@ -19,32 +14,11 @@ the same code with its own `process_id`):
         model.compile(loss=GlobalTokenMean(LabelSmoothedCrossEntropy(0.1)), ...)
         model.fit(prepare_dataset(batches, strategy), ...)
 
-What Keras 3.15 does under these strategies, and what this module does
-about it (tests/test_distributed.py checks each point):
-
-- Loss scaling: under `"mirrored"`, Keras divides each replica's loss by
-  the number of replicas, and a loss with reduction
-  `"mean_with_sample_weight"` (like `LabelSmoothedCrossEntropy`) divides by
-  the replica's own token count, so the update follows the mean of
-  per-replica token means, not the token mean of the global batch
-  (`benchmarks/RESULTS.md`). `GlobalTokenMean` divides by the
-  global token count instead; two replicas then match one device to 1e-6.
-  On JAX the loss is computed on the global batch: no wrapper is needed.
-- Batches: token-bucketed batches vary in size and boolean padding masks
-  break Keras' mirrored build; `prepare_dataset` pads and casts them.
-- Dropout: Keras 3 seeds dropout from one `SeedGenerator` whose state is
-  mirrored, so every replica draws the same mask (applied to different
-  examples). Training is correct, with less mask diversity than on one
-  device; this module does not change Keras' layers.
-- Mixed precision: `mixed_float16` (Keras wraps the optimizer in a
-  `LossScaleOptimizer` at compile time) and `mixed_bfloat16` train under
-  `"mirrored"` without NaNs.
-- TensorFlow's `MultiWorkerMirroredStrategy` is refused: with two workers
-  on localhost the cluster forms and the data is sharded, but Keras 3's
-  `fit` fails building the model from the first batch
-  (`strategy.reduce("MEAN", ...)` on the dict of inputs: "Attempt to convert
-  a value ({'encoder_token_ids': PerReplica:...}) with an unsupported type
-  (<class 'dict'>) to a Tensor.").
+Under `"mirrored"`, Keras 3 averages per-replica token means: `GlobalTokenMean`
+divides by the global batch's tokens instead, and `prepare_dataset` pads
+token-bucketed batches to a share per device. Dropout draws the same mask on
+every replica (Keras mirrors its seed); this module leaves Keras' layers as
+they are. `tests/test_distributed.py` checks each point.
 
 Example:
 >>> import keras
@@ -95,6 +69,8 @@ def training_scope(strategy: str = "none") -> contextlib.AbstractContextManager:
         # needs a fixed batch size, which token-bucketed batches lack.
         return _distribution_scope(keras.distribution.DataParallel(auto_shard_dataset=False))
     if strategy == MULTI_WORKER_MIRRORED:
+        # Keras 3's fit builds the model from `strategy.reduce("MEAN", ...)` of
+        # the first batch, which fails on a dict of per-replica inputs.
         raise ValueError(
             "TensorFlow's MultiWorkerMirroredStrategy does not work with Keras 3's model.fit. "
             "To train on several hosts, use the JAX backend (KERAS_BACKEND=jax) with "
@@ -125,10 +101,8 @@ def prepare_dataset(dataset, strategy: str = "none", *, per_process: bool = Fals
     weighs K / (real tokens of the update, in every process).
 
     Under `"mirrored"`, boolean tensors also become int32: Keras 3 builds the
-    model from the mean over replicas of the first batch
-    (`strategy.reduce("MEAN", ...)`), which fails on booleans ("Value for
-    attr 'T' of bool is not in the list of allowed values ... AddN").
-    `TransformerBackbone` takes int32 padding masks as well.
+    model from the mean over replicas of the first batch, which fails on
+    booleans; `TransformerBackbone` takes int32 padding masks as well.
 
     With `"none"`, the dataset is returned unchanged.
 

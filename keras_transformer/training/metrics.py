@@ -10,7 +10,7 @@ def label_scores_highest(y_true, y_pred):
     This is `argmax(y_pred) == y_true` except that a tie for the highest score
     counts as right. Keras' accuracy takes the argmax, which XLA computes on
     a CPU as an index-tracking reduction, slower than this max and one
-    gather (`benchmarks/RESULTS.md`, "Why the code takes these paths").
+    gather.
     """
     y_true = ops.cast(y_true, "int32")
     label_score = ops.squeeze(ops.take_along_axis(y_pred, y_true[..., None], axis=-1), -1)

@@ -11,8 +11,7 @@ token ids into sharded TFRecord files, the vocabulary, and last a manifest
 A chunk is tokenized by the tokenizer's own `tokenize` on a Python list,
 outside TensorFlow: KerasHub then encodes it with the `sentencepiece`
 package, a batch on every core: the same model and the same ids as the
-TensorFlow op that `tf.data` pipelines run, and faster
-(`benchmarks/RESULTS-data.md`).
+TensorFlow op that `tf.data` pipelines run, and faster.
 
 The folder is written under a hidden temporary name next to `out` and renamed
 to `out` once complete, so a preparation interrupted at any point leaves no

@@ -1,4 +1,4 @@
-"""Every use of a private Keras, KerasHub or TensorFlow attribute, in one place.
+"""Every use of a private attribute of Keras, KerasHub, TensorFlow, JAX or torch, in one place.
 
 Each function here exists because the installed library offers no public
 route to something the paper needs. `tests/test_library_internals.py` checks

@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import errno
 import logging
-import os
 import signal
 import socket
 import sys
@@ -172,19 +171,12 @@ class _StopOnSignal:
 
     def _handle(self, number: int, frame) -> None:
         if self.server is None:
-            _exit_now(0)
+            startup.end_process(0)
         if self.server.should_exit:
             logger.warning("Stopped at once by a second signal; requests still open were cut off.")
-            _exit_now(128 + number)
+            startup.end_process(128 + number)
         logger.info("Stopping: no new requests; those in flight are answered first (a second signal stops at once).")
         self.server.should_exit = True
-
-
-def _exit_now(code: int) -> None:
-    """Ends the process without Python's finalization: a warm-up may still be
-    compiling in its thread, which finalization would tear down mid-call."""
-    startup.exit_at_once(code)
-    os._exit(code)  # exit_at_once returns only when the output cannot be flushed
 
 
 def _server(config):
