@@ -24,6 +24,7 @@ LAYERS = [
         "training.evaluation",
     ],
     ["layers", "layers.*"],
+    ["speed_paths", "speed_paths.*"],  # attached to the layers where a search or a training step is built
     ["training.recipe"],  # its dropout is the layers' default
     ["generation.search", "generation.acceleration"],
     ["models", "models.transformer_backbone"],

@@ -4,8 +4,6 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.attention import heads_first, keys_transposed, scaled_dot_product_attention
-from keras_transformer.layers.projections import EinsumDense
-from keras_transformer.layers.threefry_dropout import ThreefryDropout
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -41,7 +39,7 @@ class MultiHeadAttention(keras.layers.Layer):
         head_dim = d_model // self.num_heads
 
         def projection(equation, output_shape, bias_axes, name):
-            return EinsumDense(
+            return keras.layers.EinsumDense(
                 equation,
                 output_shape=output_shape,
                 bias_axes=bias_axes,
@@ -59,7 +57,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.key_projection.build(memory_shape)
         self.value_projection.build(memory_shape)
         self.output_projection.build((*query_shape[:-1], self.num_heads, head_dim))
-        self.weights_dropout = ThreefryDropout(self.dropout, dtype=self.dtype_policy, name="weights_dropout")
+        self.weights_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="weights_dropout")
         self.built = True
 
     def call(self, query, memory, mask=None, training=None):
