@@ -5,7 +5,13 @@ from keras import ops
 
 from keras_transformer.layers.attention import causal_mask, key_padding_mask
 from keras_transformer.layers.cached_attention import attend_cached, cache_keys_values
-from keras_transformer.layers.encoder_block import RESIDUAL_DROPOUT, FeedForward, layer_norm, residual_sublayer
+from keras_transformer.layers.encoder_block import (
+    BLOCK_ARGUMENTS,
+    RESIDUAL_DROPOUT,
+    FeedForward,
+    layer_norm,
+    residual_sublayer,
+)
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
 
 
@@ -189,15 +195,6 @@ class DecoderBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "intermediate_dim": self.intermediate_dim,
-                "num_heads": self.num_heads,
-                "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout,
-                "activation": keras.activations.serialize(self.activation),
-                "normalize_first": self.normalize_first,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-            }
-        )
+        config.update({name: getattr(self, name) for name in BLOCK_ARGUMENTS})
+        config["activation"] = keras.activations.serialize(self.activation)
         return config

@@ -19,11 +19,13 @@ from keras_transformer.layers.multi_head_attention import MultiHeadAttention
 
 # P_drop of the base model (section 5.4): the blocks' and the backbone's default dropout.
 RESIDUAL_DROPOUT = 0.1
+# What a block's config holds: its constructor's arguments.
+BLOCK_ARGUMENTS = (
+    "intermediate_dim num_heads dropout attention_dropout activation normalize_first layer_norm_epsilon".split()
+)
 
 
-def residual_sublayer(
-    x, sublayer: Callable, dropout: Callable | None, norm: Callable, normalize_first: bool, training=None
-):
+def residual_sublayer(x, sublayer: Callable, dropout, norm: Callable, normalize_first: bool, training=None):
     """Post-LN `LayerNorm(x + Dropout(Sublayer(x)))` (section 3.1, the
     paper's), or Pre-LN `x + Dropout(Sublayer(LayerNorm(x)))`.
 
@@ -40,12 +42,10 @@ def residual_sublayer(
     3.6666666666666665
     """
 
-    def dropped(h):
-        return h if dropout is None else dropout(h, training=training)
-
-    if normalize_first:
-        return x + dropped(sublayer(norm(x)))
-    return norm(x + dropped(sublayer(x)))
+    h = sublayer(norm(x) if normalize_first else x)
+    if dropout is not None:
+        h = dropout(h, training=training)
+    return x + h if normalize_first else norm(x + h)
 
 
 def layer_norm(block: keras.layers.Layer, inputs_shape, name: str) -> keras.layers.LayerNormalization:
@@ -75,11 +75,8 @@ class FeedForward(keras.layers.Layer):
         self.activation = keras.activations.get(activation)
 
     def build(self, inputs_shape):
-        def dense(units, activation, name):
-            return keras.layers.Dense(units, activation=activation, dtype=self.dtype_policy, name=name)
-
-        self.inner = dense(self.intermediate_dim, self.activation, "inner")
-        self.outer = dense(inputs_shape[-1], None, "outer")
+        self.inner = keras.layers.Dense(self.intermediate_dim, self.activation, dtype=self.dtype_policy, name="inner")
+        self.outer = keras.layers.Dense(inputs_shape[-1], dtype=self.dtype_policy, name="outer")
         self.inner.build(inputs_shape)
         self.outer.build((*inputs_shape[:-1], self.intermediate_dim))
         self.built = True
@@ -88,11 +85,8 @@ class FeedForward(keras.layers.Layer):
         return self.outer(self.inner(inputs))
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {"intermediate_dim": self.intermediate_dim, "activation": keras.activations.serialize(self.activation)}
-        )
-        return config
+        activation = keras.activations.serialize(self.activation)
+        return {**super().get_config(), "intermediate_dim": self.intermediate_dim, "activation": activation}
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -146,21 +140,20 @@ class EncoderBlock(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
 
     def build(self, inputs_shape):
+        def dropout(name):
+            return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
+
         self.self_attention = MultiHeadAttention(
             self.num_heads, dropout=self.attention_dropout, dtype=self.dtype_policy, name="self_attention"
         )
         self.self_attention.build(inputs_shape, inputs_shape)
-        self.self_attention_dropout = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="self_attention_dropout"
-        )
+        self.self_attention_dropout = dropout("self_attention_dropout")
         self.self_attention_norm = layer_norm(self, inputs_shape, "self_attention_norm")
         self.feed_forward = FeedForward(
             self.intermediate_dim, self.activation, dtype=self.dtype_policy, name="feed_forward"
         )
         self.feed_forward.build(inputs_shape)
-        self.feed_forward_dropout = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="feed_forward_dropout"
-        )
+        self.feed_forward_dropout = dropout("feed_forward_dropout")
         self.feed_forward_norm = layer_norm(self, inputs_shape, "feed_forward_norm")
         self.built = True
 
@@ -181,30 +174,15 @@ class EncoderBlock(keras.layers.Layer):
             weights.append(attention_weights)
             return output
 
-        x = residual_sublayer(
-            inputs,
-            self_attention,
-            self.self_attention_dropout,
-            self.self_attention_norm,
-            self.normalize_first,
-            training,
-        )
-        x = residual_sublayer(
-            x, self.feed_forward, self.feed_forward_dropout, self.feed_forward_norm, self.normalize_first, training
-        )
+        def sublayer(x, layer, dropout, norm):
+            return residual_sublayer(x, layer, dropout, norm, self.normalize_first, training)
+
+        x = sublayer(inputs, self_attention, self.self_attention_dropout, self.self_attention_norm)
+        x = sublayer(x, self.feed_forward, self.feed_forward_dropout, self.feed_forward_norm)
         return (x, weights[0]) if return_attention_scores else x
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "intermediate_dim": self.intermediate_dim,
-                "num_heads": self.num_heads,
-                "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout,
-                "activation": keras.activations.serialize(self.activation),
-                "normalize_first": self.normalize_first,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-            }
-        )
+        config.update({name: getattr(self, name) for name in BLOCK_ARGUMENTS})
+        config["activation"] = keras.activations.serialize(self.activation)
         return config
