@@ -60,6 +60,8 @@ def direct_operations(backend: str) -> dict:
     return {name: getattr(direct, name) for name in NAMES if hasattr(direct, name)}
 
 
+# As a module: the direct versions on this process's backend, and
+# `keras.ops`' own function for every other name.
 def __getattr__(name: str):
     return getattr(ops, name)
 
