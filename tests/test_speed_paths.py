@@ -107,6 +107,19 @@ def test_an_attached_model_saves_and_loads_as_a_plain_one(trained_model, tmp_pat
         np.testing.assert_array_equal(ops.convert_to_numpy(ours), ops.convert_to_numpy(theirs))
 
 
+def test_an_attached_model_quantizes_to_int8(tokenizer):
+    model = make_model(tokenizer)
+    speed_paths.attach(model)
+    model.quantize("int8")
+    projections = (
+        model.backbone.decoder_blocks[0].feed_forward.inner,
+        model.backbone.encoder_blocks[0].self_attention.query_projection,
+    )
+    assert all(layer.quantization_mode == "int8" for layer in projections)
+    speed_paths.detach(model)
+    assert all(type(layer) in (keras.layers.Dense, keras.layers.EinsumDense) for layer in projections)
+
+
 def _search(model, beam_size=3):
     inputs = {name: ops.convert_to_tensor(value) for name, value in SOURCES.items()}
     inputs["decoder_token_ids"] = ops.zeros((2, 10), "int32")

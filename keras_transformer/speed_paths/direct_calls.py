@@ -48,11 +48,6 @@ class DirectCall:
             return library_internals.call_bypassing_keras(self, args[0], kwargs)
         return super().__call__(*args, **kwargs)
 
-    def quantize(self, mode=None, type_check=True, config=None):
-        # Keras quantizes only its own classes (`type(self) is Dense`); this
-        # one calls the same `call` as the class it stands in for.
-        super().quantize(mode, type_check=False, config=config)
-
 
 @functools.cache
 def direct_class(cls: type) -> type:
@@ -109,7 +104,14 @@ elif keras.config.backend() == "tensorflow":
 def _patch(layer: keras.layers.Layer, runtime: Runtime) -> dict:
     if type(layer) not in DIRECT:
         return {}
-    return {"__class__": direct_class(type(layer))}
+    keras_quantize = layer.quantize  # Keras' wrapper of the class's `quantize`, made per layer
+
+    def quantize(mode=None, config=None, **kwargs):
+        # Keras quantizes only its own classes (`type(self) is Dense`); the
+        # direct class runs the same `call` as the class it stands in for.
+        return keras_quantize(mode=mode, config=config, **{**kwargs, "type_check": False})
+
+    return {"__class__": direct_class(type(layer)), "quantize": quantize}
 
 
 register(
