@@ -32,7 +32,7 @@ PRODUCTS = {
     ),
 }
 # A CPU with bfloat16 units, compiling with XLA.
-WITH_UNITS = Runtime(keras.config.backend(), "cpu", frozenset({"avx512_bf16"}), under_xla=True)
+WITH_UNITS = Runtime(keras.config.backend(), "cpu", frozenset({"avx512_bf16"}), compiled=True)
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ def test_the_logits_bias_gradient_sums_in_float32(jax, bfloat16_units):
     from keras_transformer.layers.logits_bias import LogitsBias
 
     layer = LogitsBias(vocabulary_size=16, dtype="mixed_bfloat16")
-    assert "bfloat16_products" in speed_paths.attach(layer, WITH_UNITS, under_xla=True)
+    assert "bfloat16_products" in speed_paths.attach(layer, WITH_UNITS, compiled=True)
     logits, _ = operands((64, 32, 16), (16,))
 
     def loss(bias):
@@ -137,7 +137,7 @@ def test_the_path_is_chosen_only_under_xla_on_a_cpu_with_bfloat16_units():
     assert speed_paths.is_chosen("bfloat16_products", WITH_UNITS) is (keras.config.backend() != "torch")
     without = (
         dataclasses.replace(WITH_UNITS, cpu_flags=frozenset({"avx2"})),
-        dataclasses.replace(WITH_UNITS, under_xla=False),
+        dataclasses.replace(WITH_UNITS, compiled=False),
         dataclasses.replace(WITH_UNITS, device="gpu"),
         dataclasses.replace(WITH_UNITS, backend="torch"),
         dataclasses.replace(WITH_UNITS, paths_off=frozenset({"bfloat16_products"})),
@@ -284,7 +284,7 @@ def _task_program(jax, tokenizer, enabled: bool) -> str:
 
     model = make_model(tokenizer, dtype="mixed_bfloat16")
     if enabled:
-        speed_paths.attach(model, WITH_UNITS, under_xla=True)
+        speed_paths.attach(model, WITH_UNITS, compiled=True)
     inputs = TASK_INPUTS
     values = [v.value for v in model.trainable_variables + model.non_trainable_variables]
 
@@ -332,7 +332,7 @@ def test_tensorflow_model_layers_trace_bfloat16_dots_under_xla(tf, tokenizer):
     programs = {}
     for enabled in (True, False):
         if enabled:
-            speed_paths.attach(model, WITH_UNITS, under_xla=True)
+            speed_paths.attach(model, WITH_UNITS, compiled=True)
         else:
             speed_paths.detach(model)
         forward = tf.function(lambda inputs: model(inputs, training=False), jit_compile=True)

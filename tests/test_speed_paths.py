@@ -27,10 +27,10 @@ SOURCES = {
 }
 
 
-def only(*names: str, under_xla: bool = False) -> Runtime:
+def only(*names: str, compiled: bool = False) -> Runtime:
     """This machine's runtime with every path but `names` switched off."""
     machine = speed_paths.describe_runtime()
-    return Runtime(BACKEND, machine.device, machine.cpu_flags, machine.cores, EVERY_PATH - set(names), under_xla)
+    return Runtime(BACKEND, machine.device, machine.cpu_flags, machine.cores, EVERY_PATH - set(names), compiled)
 
 
 def test_every_named_path_is_registered_with_a_reason():
@@ -49,7 +49,7 @@ def test_every_named_path_is_registered_with_a_reason():
 
 @pytest.mark.parametrize("name", sorted(speed_paths.PATHS))
 def test_every_path_is_switched_off_by_name(name, monkeypatch):
-    runtime = Runtime(BACKEND, "cpu", frozenset({"avx512_bf16"}), 2, frozenset({name}), under_xla=True)
+    runtime = Runtime(BACKEND, "cpu", frozenset({"avx512_bf16"}), 2, frozenset({name}), compiled=True)
     assert not speed_paths.is_chosen(name, runtime)
     monkeypatch.setenv("KERAS_TRANSFORMER_SPEED_PATHS_OFF", f"another, {name}")
     assert not speed_paths.is_chosen(name)
@@ -196,7 +196,7 @@ def test_threefry_dropout_under_xla_draws_threefry_masks_of_the_right_rate():
 
     layer = keras.layers.Dropout(0.1, seed=3)
     x = tf.ones((200, 500))
-    speed_paths.attach(layer, only("threefry_dropout"), under_xla=True)
+    speed_paths.attach(layer, only("threefry_dropout"), compiled=True)
     compiled = tf.function(lambda x: layer(x, training=True), jit_compile=True)
     first, second = np.asarray(compiled(x)), np.asarray(compiled(x))
     assert random_algorithms(compiled.get_concrete_function(x)) == {2}  # Threefry
@@ -206,7 +206,7 @@ def test_threefry_dropout_under_xla_draws_threefry_masks_of_the_right_rate():
     assert (first != second).mean() > 0.1  # the seed moves on: a new mask every step
     assert np.array_equal(np.asarray(layer(x, training=False)), np.asarray(x))
     # Not for a step without XLA, where TensorFlow has no Threefry kernel: Keras' dropout.
-    assert speed_paths.attach(layer, only("threefry_dropout"), under_xla=False) == ()
+    assert speed_paths.attach(layer, only("threefry_dropout"), compiled=False) == ()
     plain = tf.function(lambda x: layer(x, training=True), jit_compile=True)
     assert random_algorithms(plain.get_concrete_function(x)) == {3}
 

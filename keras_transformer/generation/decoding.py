@@ -228,7 +228,7 @@ def compiled_search(
     """
     function = search_of(model.backbone, settings, with_completion, num_hypotheses)
     backend = keras.config.backend()
-    speed_paths.attach(model, under_xla=not model.run_eagerly and (jit_compile or backend == "jax"))
+    speed_paths.attach(model, compiled=not model.run_eagerly and (jit_compile or backend == "jax"))
     if backend == "torch":
         import torch
 

@@ -60,7 +60,7 @@ class TransformerFitting:
 
     def make_train_function(self, force: bool = False):
         # The step traced next runs with the speed paths of this runtime.
-        speed_paths.attach(self, under_xla=bool(self.jit_compile) and not self.run_eagerly)
+        speed_paths.attach(self, compiled=bool(self.jit_compile) and not self.run_eagerly)
         # Without a distribution strategy, Keras' TensorFlow trainer leaves the
         # optimizer unbuilt until the first traced step creates its variables,
         # and a `tf.function` that creates variables is traced twice. Built

@@ -1,6 +1,6 @@
 """Attaching the chosen speed paths to a model's layers, and taking them off again.
 
-`attach(model, runtime, under_xla)` runs where a search
+`attach(model, runtime, compiled)` runs where a search
 (`generation.decoding.compiled_search`) or a training step
 (`models.transformer_fitting`) is built. It asks every registered path
 whether it applies (`registry.is_chosen`) and sets what the chosen ones
@@ -19,7 +19,7 @@ Example:
 >>> from keras_transformer.layers import EncoderBlock
 >>> block = EncoderBlock(intermediate_dim=16, num_heads=2)
 >>> _ = block(np.ones((1, 3, 8), "float32"))
->>> _ = attach(block, under_xla=False)
+>>> _ = attach(block, compiled=False)
 >>> detach(block)
 """
 
@@ -59,21 +59,20 @@ class _Attachment:
     previous: list[tuple[weakref.ref, dict]]
 
 
-def attach(model: keras.layers.Layer, runtime: runtimes.Runtime | None = None, under_xla: bool = False) -> tuple:
+def attach(model: keras.layers.Layer, runtime: runtimes.Runtime | None = None, compiled: bool = False) -> tuple:
     """Attaches the speed paths chosen for `runtime` to `model.backbone` (or `model`).
 
     Args:
         model: a task model with a `backbone`, or a layer.
         runtime: by default this process's (`describe_runtime()`).
-        under_xla: whether the step being built is compiled: by XLA where
-            the backend compiles with it (TensorFlow, JAX).
+        compiled: whether the step being built is compiled (XLA on
+            TensorFlow and JAX, `torch.compile` on torch).
 
     Returns:
         The names of the paths attached.
     """
     root = getattr(model, "backbone", model)
-    runtime = runtime or runtimes.describe_runtime()
-    runtime = dataclasses.replace(runtime, under_xla=under_xla and runtime.compiles_with_xla)
+    runtime = dataclasses.replace(runtime or runtimes.describe_runtime(), compiled=compiled)
     chosen = tuple(name for name, path in PATHS.items() if path.applies_to(runtime))
     with _LOCK:
         attached = _ATTACHED.get(root)

@@ -47,7 +47,7 @@ def layers_sum_in_float32(runtime: Runtime | None = None) -> bool:
     traced = runtime.backend == "jax" or (
         runtime.backend == "tensorflow" and library_internals.tensorflow_compiles_with_xla()
     )
-    return traced and is_chosen("bfloat16_products", dataclasses.replace(runtime, under_xla=True))
+    return traced and is_chosen("bfloat16_products", dataclasses.replace(runtime, compiled=True))
 
 
 def dense(x, kernel, bias=None):

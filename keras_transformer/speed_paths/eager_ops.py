@@ -70,7 +70,8 @@ globals().update(direct_operations(keras.config.backend()))
 
 
 def _applies(runtime: Runtime) -> bool:
-    return runtime.backend == "torch" or (runtime.backend == "tensorflow" and not runtime.under_xla)
+    # A compiled step runs each operation once, while it is traced.
+    return runtime.backend in ("torch", "tensorflow") and not runtime.compiled
 
 
 def _patch(layer: keras.layers.Layer, runtime: Runtime) -> dict:

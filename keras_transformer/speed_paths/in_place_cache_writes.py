@@ -9,9 +9,10 @@ recorded) it loses nothing by writing in place. Traced by `torch.compile`
 (the compiled torch step), the write is an `index_copy`, which it can trace
 where Keras' turns a tensor index into Python numbers.
 
-Attached, `slice_update` stands for `keras.ops.slice_update` in the paper's
-layers' methods (`attachment.rebound`). The searches of `generation` call
-it directly for their token buffers.
+Attached to an eager torch search, `slice_update` stands for
+`keras.ops.slice_update` in the paper's layers' methods
+(`attachment.rebound`); a compiled step keeps Keras' (traceable) one. The
+searches of `generation` call it directly for their token buffers.
 """
 
 import keras
@@ -72,7 +73,7 @@ register(
     SpeedPath(
         "in_place_cache_writes",
         "Keras' torch slice_update copies a whole cache to write one position",
-        lambda runtime: runtime.backend == "torch",
+        lambda runtime: runtime.backend == "torch" and not runtime.compiled,
         operations=lambda runtime: {"slice_update": slice_update},
     )
 )

@@ -1,7 +1,7 @@
 """One description of the runtime the speed paths are chosen from: backend, device, CPU, cores.
 
 Made once per process (`describe_runtime`); `attach` adds whether the step
-being built compiles with XLA (`under_xla`). Tests build their own
+being built is compiled (`compiled`). Tests build their own
 `Runtime` to choose paths for another machine.
 
 Example:
@@ -31,8 +31,8 @@ class Runtime:
         cpu_flags: the CPU's feature flags (empty where unknown).
         cores: the cores this process may run on.
         paths_off: names of speed paths switched off (`"all"` for every one).
-        under_xla: whether XLA compiles the step the paths are attached for
-            (TensorFlow's `jit_compile=True`, `jax.jit`).
+        compiled: whether the step the paths are attached for is compiled
+            (XLA on TensorFlow and JAX, `torch.compile` on torch).
     """
 
     backend: str
@@ -40,12 +40,17 @@ class Runtime:
     cpu_flags: frozenset = dataclasses.field(default=frozenset(), repr=False)
     cores: int = 1
     paths_off: frozenset = frozenset()
-    under_xla: bool = False
+    compiled: bool = False
 
     @property
     def compiles_with_xla(self) -> bool:
         """TensorFlow (under `jit_compile`) and JAX compile through XLA."""
         return self.backend in ("tensorflow", "jax")
+
+    @property
+    def under_xla(self) -> bool:
+        """The step is compiled, by XLA."""
+        return self.compiled and self.compiles_with_xla
 
     @property
     def on_cpu(self) -> bool:
