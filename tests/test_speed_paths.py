@@ -233,4 +233,4 @@ def test_threefry_dropout_on_jax_uses_xla_threefry_with_the_right_rate():
     assert "rng_bit_generator" in program and "THREE_FRY" in program
     assert "threefry2x32" not in program  # not jax.random's Threefry, written in JAX operations
     speed_paths.detach(layer)
-    assert "rng_bit_generator" not in str(jax.make_jaxpr(stateless_call)([v.value for v in variables], x))
+    assert "call" not in vars(layer)  # Keras' own dropout again
