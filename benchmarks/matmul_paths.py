@@ -9,7 +9,7 @@ vocabulary 32,000), each in float32, bfloat16, bfloat16 with float32 output
 (`preferred_element_type`), int8 with int32 output and, on torch only,
 `int8-dynamic`: float32 in and out through int8 weights packed once and the
 input quantized at each call (`quantized::linear_dynamic`, torch.ao's
-dynamic quantization, which `keras_transformer.layers.torch_int8` runs), on
+dynamic quantization, which `keras_transformer.speed_paths.torch_int8` runs), on
 each path a Keras backend can take:
 
 - `torch`: torch eager (oneDNN or MKL);

@@ -246,7 +246,7 @@ def test_compiled_and_eager_translations_agree(preset, tmp_path):
     assert compiled.returncode == 0 and eager.returncode == 0, compiled.stderr + eager.stderr
     assert compiled.stdout == eager.stdout and len(eager.stdout.splitlines()) == 2
     # Eager TensorFlow compiles an XLA op on its first use of each shape:
-    # the eager search uses none (`utils.slice_update`).
+    # the eager search uses none (`speed_paths.eager_ops.slice_update`).
     programs = [path.name for path in tmp_path.glob("tensorflow-*/*")]
     assert not programs, programs
 

@@ -1,6 +1,5 @@
-"""Layers with `DirectCall` skip Keras' `Layer.__call__` on torch and eager
-TensorFlow where it adds nothing (`layers.direct_call`), with Keras' values,
-and go through it otherwise."""
+"""The speed path `direct_calls`: attached, layers skip Keras' `Layer.__call__` on torch and eager
+TensorFlow where it adds nothing, with Keras' values to the bit, and go through it otherwise."""
 
 import keras
 import numpy as np
@@ -8,17 +7,20 @@ import pytest
 from keras import ops
 
 from helpers import make_model
-from keras_transformer.layers.direct_call import calls_directly
-from keras_transformer.layers.feed_forward import FeedForward
-from keras_transformer.layers.projections import Dense, EinsumDense
-from keras_transformer.layers.residual import LayerNormalization
+from keras_transformer import speed_paths
+from keras_transformer.layers.encoder_block import FeedForward
 from keras_transformer.layers.scaled_shared_embedding import ScaledSharedEmbedding
 from keras_transformer.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from keras_transformer.speed_paths.direct_calls import calls_directly
+
+Dense, EinsumDense, LayerNormalization = keras.layers.Dense, keras.layers.EinsumDense, keras.layers.LayerNormalization
 
 ON_TORCH = keras.config.backend() == "torch"
 DIRECT = keras.config.backend() in ("torch", "tensorflow")
 # The layers of a decoder block's step that are called once or more per step.
 STEP_LAYERS = {"query", "key", "value", "attention_output", "inner", "outer", "feed_forward"}
+# Every path but this one switched off.
+ONLY_DIRECT_CALLS = frozenset(set(speed_paths.PATHS) - {"direct_calls"})
 # Layers a torch decoding step leaves out (dropouts) or calls directly, beside the blocks'.
 STEP_EXTRAS = {"decoder_embedding_dropout", "logits_bias", "token_embedding", "position_encoding"}
 
@@ -50,10 +52,14 @@ def _layers():
 def test_a_direct_call_gives_keras_values(layer, through_keras):
     x = ops.convert_to_tensor(np.random.default_rng(0).normal(size=(2, 3, 4)).astype("float32"))
     layer.build(x.shape)
+    expected = ops.convert_to_numpy(layer(x))  # plain
+    speed_paths.attach(layer, speed_paths.Runtime(keras.config.backend(), "cpu", paths_off=ONLY_DIRECT_CALLS))
+    through_keras.clear()
     direct = ops.convert_to_numpy(layer(x))
     assert (layer.name in through_keras) != DIRECT
-    expected = ops.convert_to_numpy(keras.layers.Layer.__call__(layer, x))
     np.testing.assert_array_equal(direct, expected)
+    speed_paths.detach(layer)
+    assert type(layer) in (Dense, EinsumDense, LayerNormalization, FeedForward)  # the plain class again
 
 
 def test_keyword_arguments_keras_passes_on_as_they_are_pass_directly(through_keras):
@@ -61,6 +67,8 @@ def test_keyword_arguments_keras_passes_on_as_they_are_pass_directly(through_ker
     ids = ops.convert_to_tensor(np.array([[1, 2, 3]], "int32"))
     tokens = embedding(ids)  # builds them, through Keras
     positions(tokens)
+    for layer in (embedding, positions):
+        speed_paths.attach(layer)
     through_keras.clear()
     calls = [
         (embedding, (ids,), {}),
@@ -91,7 +99,7 @@ def test_eager_decoding_steps_call_the_blocks_layers_directly(tokenizer, through
         assert STEP_LAYERS | {"logits_bias"} <= set(through_keras)
 
 
-@pytest.mark.skipif(not DIRECT, reason="DirectCall asks only on torch and TensorFlow")
+@pytest.mark.skipif(not DIRECT, reason="direct calls are chosen on torch and TensorFlow only")
 def test_what_keras_call_would_change_goes_through_it():
     layer = Dense(3)
     x = ops.ones((2, 4))
@@ -103,6 +111,7 @@ def test_what_keras_call_would_change_goes_through_it():
     assert calls_directly(layer, ops.ones((2, 4), "int32"))  # and leaves an integer one as it is
     mixed = Dense(3, dtype="mixed_bfloat16")
     mixed.build((2, 4))
+    speed_paths.attach(mixed)
     assert not calls_directly(mixed, ops.ones((2, 4), "bfloat16"))  # variables autocast in Keras' scope
     assert keras.backend.standardize_dtype(mixed(x).dtype) == "bfloat16"
     masked = ops.ones((2, 4))

@@ -278,7 +278,7 @@ def test_jax_data_parallel_matches_one_device(single_device_jax, tmp_path):
 
 @pytest.mark.slow
 def test_jax_data_parallel_trains_with_dropout(tmp_path):
-    # ThreefryDropout draws its masks with jax.lax.rng_bit_generator over the
+    # The `threefry_dropout` speed path draws its masks with jax.lax.rng_bit_generator over the
     # global batch; sharded across two devices it must still train.
     run = run_worker(tmp_path, "jax", "--strategy", "jax-data-parallel", "--devices", "2", "--dropout", "0.3")
     assert run["replicas"] == 2

@@ -1,14 +1,14 @@
-"""`utils.eager_ops` gives `keras.ops`' values and dtypes on every backend,
+"""`speed_paths.eager_ops` gives `keras.ops`' values and dtypes on every backend,
 and on torch and eager TensorFlow calls the backend directly only where that
-gives the same; so does `products.torch_linear`, the projections' one
-`addmm` on torch."""
+gives the same; `speed_paths.torch_linear`, the projections' one `addmm` on
+torch, gives the product plus the bias."""
 
 import keras
 import numpy as np
 import pytest
 from keras import ops
 
-from keras_transformer.utils import eager_ops
+from keras_transformer.speed_paths import eager_ops
 
 ON_TORCH = keras.config.backend() == "torch"
 DIRECT = keras.config.backend() in ("torch", "tensorflow")
@@ -69,6 +69,8 @@ def _cases():
             {"axis": 2},
         ),
         "layer_normalization, rms": ("layer_normalization", (x, _floats(4), None), {"rms_scaling": True}),
+        "slice_update": ("slice_update", (x, (0, 1, 0), _floats(2, 1, 4)), {}),
+        "slice_update, a tensor index": ("slice_update", (x, (0, ops.convert_to_tensor(2), 0), _floats(2, 1, 4)), {}),
     }
 
 
@@ -157,6 +159,7 @@ def test_eager_gradients_are_keras_gradients():
         np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.skipif(not ON_TORCH, reason="torch's addmm")
 @pytest.mark.parametrize(
     "subscripts, x_shape, kernel_shape",
     [
@@ -166,17 +169,13 @@ def test_eager_gradients_are_keras_gradients():
     ],
 )
 def test_torch_linear_is_the_product_plus_the_bias(subscripts, x_shape, kernel_shape):
-    from keras_transformer.layers import products
+    from keras_transformer.speed_paths.einsum_equations import contracted_axes
+    from keras_transformer.speed_paths.torch_linear import linear
 
-    contracted = products.contracted_axes(subscripts)
+    contracted = contracted_axes(subscripts)
     x, kernel = _floats(*x_shape), keras.Variable(np.asarray(_floats(*kernel_shape)))
     bias = keras.Variable(np.asarray(_floats(*kernel_shape[contracted:])))
-    fused = products.torch_linear(x, kernel, bias, contracted)
-    if not ON_TORCH:
-        assert fused is None
-        return
+    fused = linear(x, kernel, bias, contracted)
     expected = ops.einsum(subscripts, x, kernel) + bias
     np.testing.assert_allclose(ops.convert_to_numpy(fused), ops.convert_to_numpy(expected), rtol=1e-5, atol=1e-5)
-    assert products.torch_linear(x, kernel, None, contracted) is None  # no bias: the caller multiplies
-    assert products.torch_linear(x, kernel, bias, 0) is None  # not a tensordot
-    assert products.torch_linear(ops.cast(x, "bfloat16"), kernel, bias, contracted) is None
+    assert linear(ops.cast(x, "bfloat16"), kernel, bias, contracted) is None  # float32 only

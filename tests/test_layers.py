@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 from keras import ops
 
-from helpers import random_algorithms
 from keras_transformer import TransformerBackbone
 from keras_transformer.layers import (
     DecoderBlock,
@@ -238,53 +237,3 @@ def test_position_table_is_float32_exact_under_every_policy(policy, layout):
     tolerance = {"float32": 2e-4, "mixed_float16": 2e-4 + 2**-11, "mixed_bfloat16": 2e-4 + 2**-8}[policy]
     np.testing.assert_allclose(table, expected, atol=tolerance)
     assert not np.array_equal(table[256], table[257])
-
-
-@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="Threefry masks are for TensorFlow + XLA")
-def test_threefry_dropout_under_xla_draws_threefry_masks_of_the_right_rate():
-    import tensorflow as tf
-
-    from keras_transformer.layers.threefry_dropout import ThreefryDropout, xla_compiled
-
-    layer = ThreefryDropout(0.1, seed=3)
-    x = tf.ones((200, 500))
-
-    def step(x):
-        with xla_compiled():
-            return layer(x, training=True)
-
-    compiled = tf.function(step, jit_compile=True)
-    first, second = np.asarray(compiled(x)), np.asarray(compiled(x))
-    assert random_algorithms(compiled.get_concrete_function(x)) == {2}  # Threefry
-    for y in (first, second):
-        np.testing.assert_allclose(np.unique(y), [0.0, 1 / 0.9], rtol=1e-6)  # kept values scaled by 1 / (1 - p)
-        assert abs((y == 0).mean() - 0.1) < 0.005
-    assert (first != second).mean() > 0.1  # the seed moves on: a new mask every step
-    # Outside `xla_compiled` it is Keras' dropout (TensorFlow's default generator).
-    plain = tf.function(lambda x: layer(x, training=True), jit_compile=True)
-    assert random_algorithms(plain.get_concrete_function(x)) == {3}
-    assert np.array_equal(np.asarray(layer(x, training=False)), np.asarray(x))
-
-
-@pytest.mark.skipif(keras.config.backend() != "jax", reason="JAX's variant of the Threefry masks")
-def test_threefry_dropout_on_jax_uses_xla_threefry_with_the_right_rate():
-    import jax
-
-    from keras_transformer.layers import ThreefryDropout
-
-    layer = ThreefryDropout(0.1, seed=3)
-    x = np.ones((200, 500), "float32")
-    first, second = np.asarray(layer(x, training=True)), np.asarray(layer(x, training=True))
-    for y in (first, second):
-        np.testing.assert_allclose(np.unique(y), [0.0, 1 / 0.9], rtol=1e-6)
-        assert abs((y == 0).mean() - 0.1) < 0.005
-    assert (first != second).mean() > 0.1  # the seed moves on
-    variables = layer.non_trainable_variables
-
-    def stateless_call(values, x):
-        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
-            return layer(x, training=True)
-
-    program = str(jax.make_jaxpr(stateless_call)([v.value for v in variables], x))
-    assert "rng_bit_generator" in program and "THREE_FRY" in program
-    assert "threefry2x32" not in program  # not jax.random's Threefry, written in JAX operations

@@ -164,3 +164,42 @@ def test_the_autocast_scope_is_the_one_layer_call_opens_under_mixed_precision():
     Record(dtype="mixed_bfloat16")(np.ones((1, 2), "float32"))
     assert seen[0] is None and seen[1] is not None
     assert library_internals.autocast_scope() is None
+
+
+def test_layer_internals_the_speed_paths_read():
+    layer = keras.layers.EinsumDense("abc,cde->abde", output_shape=(None, 2, 3), bias_axes="de")
+    layer.build((1, 4, 6))
+    assert library_internals.remat_mode(layer) is None and hasattr(layer, "_remat_mode")
+    assert library_internals.kernel_transpose_axes(layer) is None
+    layer.quantize("int8")
+    assert hasattr(layer, "_kernel_transpose_axes")
+    block = keras.Sequential([keras.layers.Dense(2), keras.layers.Dense(3)])
+    block.build((None, 4))
+    found = library_internals.sublayers(block)
+    assert found[0] is block and all(layer in found for layer in block.layers)
+
+
+def test_calling_bypassing_keras_runs_call_or_quantized_call():
+    layer = keras.layers.Dense(2, kernel_initializer="ones")
+    layer.build((None, 3))
+    x = keras.ops.ones((1, 3))
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(library_internals.call_bypassing_keras(layer, x, {})), [[3.0, 3.0]]
+    )
+    layer.quantize("int8")
+    quantized = keras.ops.convert_to_numpy(library_internals.call_bypassing_keras(layer, x, {}))
+    np.testing.assert_allclose(quantized, [[3.0, 3.0]], rtol=0.02)
+
+
+def test_torch_internals_the_speed_paths_read():
+    torch = pytest.importorskip("torch")
+    tensor = torch.zeros(3)
+    before = library_internals.torch_version_counter(tensor)
+    tensor.add_(1)
+    assert library_internals.torch_version_counter(tensor) == before + 1
+    assert library_internals.torch_quantizes_per_channel()
+    values = torch.tensor([[1, -2], [3, 4]], dtype=torch.int8)
+    quantized = library_internals.torch_per_channel_quantized(
+        values, torch.tensor([0.5, 0.25], dtype=torch.double), torch.zeros(2, dtype=torch.long), 0
+    )
+    assert quantized.dequantize().tolist() == [[0.5, -1.0], [0.75, 1.0]]

@@ -46,12 +46,12 @@ before = snapshot()
 
 import keras_transformer as kt
 from helpers import PAIRS, make_model
-from keras_transformer.layers import products
+from keras_transformer.speed_paths.runtime import Runtime
 from keras_transformer.utils import library_internals
 
 tokenizer = kt.train_tokenizer([s for pair in PAIRS for s in pair] * 10, vocabulary_size=64)
 # The float32-summed products run where the CPU has bfloat16 instructions; forced here on any CPU.
-products.cpu_has_bfloat16_instructions = lambda: True
+Runtime.has_bfloat16_units = property(lambda self: True)
 inputs = {
     "encoder_token_ids": np.ones((2, 5), "int32"),
     "encoder_padding_mask": np.ones((2, 5), "int32"),

@@ -1,14 +1,16 @@
-"""torch's decoding path: caches written in place under `torch.inference_mode`,
-the same tokens as the reference search (Keras' copying `slice_update`)."""
+"""torch's decoding path: caches written in place under `torch.inference_mode`
+(`speed_paths.in_place_cache_writes`), the same tokens as the reference search
+(Keras' copying `slice_update`)."""
 
 import keras
 import numpy as np
 import pytest
 from keras import ops
 
+from keras_transformer import speed_paths
 from keras_transformer.generation.decoding import compiled_search, resolve_jit_compile, search_step
 from keras_transformer.generation.settings import SearchSettings
-from keras_transformer.utils.slice_update import slice_update, writing_in_place
+from keras_transformer.speed_paths.in_place_cache_writes import slice_update
 
 pytestmark = pytest.mark.skipif(keras.config.backend() != "torch", reason="torch's decoding path")
 
@@ -18,12 +20,15 @@ def test_auto_stays_eager_on_torch():
 
 
 def test_slice_update_in_place_writes_into_its_input():
-    inputs = ops.zeros((2, 4))
-    with writing_in_place():
+    import torch
+
+    with torch.inference_mode():
+        inputs = ops.zeros((2, 4))
         output = slice_update(inputs, (0, ops.convert_to_tensor(1)), ops.ones((2, 2)))
     assert output is inputs
     assert ops.convert_to_numpy(inputs).tolist() == [[0, 1, 1, 0], [0, 1, 1, 0]]
-    copied = slice_update(inputs, (0, 3), ops.ones((2, 1)))  # outside: Keras' copy
+    inputs = ops.zeros((2, 4))
+    copied = slice_update(inputs, (0, 3), ops.ones((2, 1)))  # outside inference mode: Keras' copy
     assert copied is not inputs and ops.convert_to_numpy(inputs)[0, 3] == 0
 
 
@@ -42,9 +47,12 @@ def test_in_place_search_finds_the_reference_tokens(tiny_model, beam_size):
         "decoder_token_ids": ops.zeros((5, 14), "int32"),
     }
     settings = SearchSettings(beam_size=beam_size)
+    everything_but = speed_paths.Runtime("torch", "cpu", paths_off=frozenset({"in_place_cache_writes"}))
+    speed_paths.attach(tiny_model, everything_but)
     with torch.no_grad():
         reference = search_step(backbone, inputs, beam_size=beam_size, alpha=settings.alpha)
     found = compiled_search(tiny_model, resolve_jit_compile(), settings)(inputs)
+    assert "in_place_cache_writes" in speed_paths.attached_paths(tiny_model)
     for name in ("decoder_token_ids", "decoder_padding_mask"):
         np.testing.assert_array_equal(ops.convert_to_numpy(found[name]), ops.convert_to_numpy(reference[name]))
 

@@ -1,4 +1,4 @@
-"""`utils.eager_ops`' direct torch products give `keras.ops`' values to the
+"""`speed_paths.eager_ops`' direct torch products give `keras.ops`' values to the
 bit in float16 too, where Keras multiplies on a CPU in float32."""
 
 import keras
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_transformer.utils import eager_ops
+from keras_transformer.speed_paths import eager_ops
 
 pytestmark = pytest.mark.skipif(keras.config.backend() != "torch", reason="the direct torch operations")
 

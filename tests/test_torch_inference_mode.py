@@ -1,6 +1,6 @@
 """A model loaded under `torch.inference_mode()`, as many torch servers load
 one, translates as one loaded normally: its weights are inference tensors,
-which count no in-place writes (`utils.derived_tensors`)."""
+which count no in-place writes (`speed_paths.derived_tensors`)."""
 
 import keras
 import pytest

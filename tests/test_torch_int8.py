@@ -1,5 +1,6 @@
-"""int8 layers on torch multiply through torch's own int8 kernels
-(`layers.torch_int8`), with Keras' int8 weights, to Keras' int8 values."""
+"""Attached, int8 layers on torch multiply through torch's own int8 kernels
+(`speed_paths.torch_int8`), with Keras' int8 weights, to Keras' int8 values
+within the tolerance of quantizing the inputs."""
 
 import keras
 import numpy as np
@@ -8,8 +9,11 @@ from keras import ops
 
 import keras_transformer as kt
 from helpers import PAIRS
-from keras_transformer.layers import ScaledSharedEmbedding, torch_int8
-from keras_transformer.layers.projections import Dense, EinsumDense
+from keras_transformer import speed_paths
+from keras_transformer.layers import ScaledSharedEmbedding
+from keras_transformer.speed_paths import torch_int8
+
+Dense, EinsumDense = keras.layers.Dense, keras.layers.EinsumDense
 
 pytestmark = pytest.mark.skipif(keras.config.backend() != "torch", reason="torch's int8 kernels")
 
@@ -42,7 +46,13 @@ def _quantized_pair(make, inputs_shape):
     int8_layer.build(inputs_shape)
     int8_layer.set_weights(float_layer.get_weights())
     int8_layer.quantize("int8")
-    return float_layer, int8_layer
+    return float_layer, _attached(int8_layer)
+
+
+def _attached(layer):
+    speed_paths.attach(layer)
+    assert "torch_int8" in speed_paths.attached_paths(layer)
+    return layer
 
 
 def _without_torch_kernels(layer, inputs, monkeypatch, **kwargs):
@@ -100,6 +110,7 @@ def test_weights_are_packed_once_and_again_when_they_change(kernel_calls):
     layer = Dense(8)
     layer.build((2, 4))
     layer.quantize("int8")
+    _attached(layer)
     inputs = np.ones((2, 4), "float32")
     with torch.inference_mode():
         first = ops.convert_to_numpy(layer(inputs))
@@ -118,6 +129,7 @@ def test_a_gradient_through_an_int8_layer_takes_keras_code(kernel_calls):
     layer = Dense(3)
     layer.build((2, 4))
     layer.quantize("int8")
+    _attached(layer)
     inputs = torch.ones((2, 4), requires_grad=True)
     layer(inputs).sum().backward()
     assert kernel_calls["kernel"] == 0 and inputs.grad is not None and inputs.grad.shape == (2, 4)
@@ -153,7 +165,7 @@ def _int8_dense(kernel):
     layer.build((None, kernel.shape[0]))
     layer.kernel.assign(kernel)
     layer.quantize("int8")
-    return layer
+    return _attached(layer)
 
 
 def test_signed_inputs_keep_eight_bits():

@@ -21,8 +21,9 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer.layers import products
-from keras_transformer.utils.derived_tensors import derived
+from keras_transformer.speed_paths import bfloat16_products as products
+from keras_transformer.speed_paths.derived_tensors import derived
+from keras_transformer.speed_paths.runtime import describe_runtime
 
 # Beam search of a batch: from this many rows and vocabulary entries, JAX
 # computes the projection in `VOCABULARY_PARTS` independent products.
@@ -38,7 +39,7 @@ XLA_MIN_GREEDY_ROWS = 2
 # search streams its weights from memory, and each part would stream them.
 SMALL_MODEL_PARAMETERS = 8_000_000
 CONCURRENT_SEARCHES = 2
-# The transposed copies, by matrix (`utils.derived_tensors`).
+# The transposed copies, by matrix (`speed_paths.derived_tensors`).
 _TRANSPOSED: dict[int, tuple] = {}
 # The threads that search the parts after the first, made at first use in
 # each process (`_forget_search_threads`).
@@ -116,7 +117,7 @@ def search_in_parts(search: Callable[[dict], dict], inputs: dict, parts: int, at
 
 def computes_on_xla_cpu() -> bool:
     """Whether TensorFlow or JAX computes on the CPU."""
-    return keras.config.backend() in ("tensorflow", "jax") and products.computes_on_cpu()
+    return keras.config.backend() in ("tensorflow", "jax") and describe_runtime().on_cpu
 
 
 def _cores() -> int:
@@ -148,7 +149,7 @@ def step_logits(backbone) -> Callable:
     plain tied product,
 
     - on TensorFlow, bfloat16 layers summing in float32 under XLA
-      (`layers.products`): a product with `E^T` cast to bfloat16 and
+      (`speed_paths.bfloat16_products`): a product with `E^T` cast to bfloat16 and
       transposed here, once per search, since XLA's bfloat16 kernels take
       the vocabulary as the second operand's last axis;
     - on JAX: `logits_by_parts` for `PARTS_MIN_ROWS` rows or more and
@@ -167,7 +168,6 @@ def step_logits(backbone) -> Callable:
     if backend == "tensorflow" and backbone.compute_dtype == "bfloat16" and products.layers_sum_in_float32():
         kernel = ops.transpose(ops.cast(embedding.embeddings, "bfloat16"))
 
-        @products.accumulating_in_float32
         def logits_from_transposed_kernel(hidden):
             return _with_bias(backbone, products.dense(hidden, kernel))
 
@@ -212,7 +212,6 @@ def torch_transposed(variable: keras.Variable):
     return derived(_TRANSPOSED, matrix, (), transposed)
 
 
-@products.accumulating_in_float32
 def logits_by_parts(hidden, embeddings, parts: int):
     """`hidden @ embeddings^T` as `parts` products over consecutive slices of
     the vocabulary, joined: the same logits, as independent operations.

@@ -5,9 +5,10 @@ values of its output once (one copy per sentence, which all its beams read:
 `layers.cached_attention.attend_cached`), and hands a cached one-position `step` to the greedy or
 beam search of `keras_transformer.generation.search`. `compiled_search` compiles
 it per backend: XLA on TensorFlow, `jax.jit` on JAX (stateless, the
-variables passed in), under `torch.inference_mode` on torch, its caches
-written in place (`utils.slice_update.writing_in_place`), eagerly or, with
-`jit_compile=True`, each step of the search through `torch.compile`.
+variables passed in), under `torch.inference_mode` on torch, eagerly or,
+with `jit_compile=True`, each step of the search through `torch.compile`;
+the speed paths chosen for the runtime are attached to the model first
+(`speed_paths.attach`).
 """
 
 import warnings
@@ -16,13 +17,12 @@ from functools import partial
 
 import keras
 
+from keras_transformer import speed_paths
 from keras_transformer.generation import search
 from keras_transformer.generation.acceleration import step_logits
 from keras_transformer.generation.settings import SearchSettings
-from keras_transformer.layers.products import cpu_has_bfloat16_instructions
 from keras_transformer.models.transformer_backbone import TransformerBackbone
-from keras_transformer.utils import eager_ops as ops
-from keras_transformer.utils.slice_update import writing_in_place
+from keras_transformer.speed_paths import eager_ops as ops
 
 
 def resolve_jit_compile(jit_compile: bool | str = "auto", training_dtype: str | None = None) -> bool:
@@ -38,7 +38,7 @@ def resolve_jit_compile(jit_compile: bool | str = "auto", training_dtype: str | 
     which pays off only after 1,000-10,000 sentences of that shape.
 
     Under XLA, TensorFlow keeps a bfloat16 step's weight gradients in
-    float32 (`layers.products`), while its own kernels run them on the CPU's
+    float32 (`speed_paths.bfloat16_products`), while its own kernels run them on the CPU's
     bfloat16 units: so bfloat16 training there runs without XLA, and
     decoding, many small steps, with it. The measurements are in
     `benchmarks/RESULTS.md` ("Why the code takes these paths").
@@ -61,7 +61,7 @@ def resolve_jit_compile(jit_compile: bool | str = "auto", training_dtype: str | 
         if tf.distribute.has_strategy():
             return False
         on_cpu = not tf.config.list_physical_devices("GPU")
-        return not (training_dtype == "bfloat16" and on_cpu and cpu_has_bfloat16_instructions())
+        return not (training_dtype == "bfloat16" and on_cpu and speed_paths.describe_runtime().has_bfloat16_units)
     return backend == "jax"
 
 
@@ -228,6 +228,7 @@ def compiled_search(
     """
     function = search_of(model.backbone, settings, with_completion, num_hypotheses)
     backend = keras.config.backend()
+    speed_paths.attach(model, compiled=not model.run_eagerly and (jit_compile or backend == "jax"))
     if backend == "torch":
         import torch
 
@@ -237,8 +238,8 @@ def compiled_search(
             function = partial(function, compile_body=_torch_compiled)
 
         def without_gradients(inputs):
-            # The search owns its caches and token buffers: written in place.
-            with torch.inference_mode(), writing_in_place():
+            # The search owns its caches and token buffers: written in place (`in_place_cache_writes`).
+            with torch.inference_mode():
                 return function(inputs)
 
         return without_gradients

@@ -15,9 +15,9 @@ from collections.abc import Callable
 import keras
 import numpy as np
 
-from keras_transformer.utils import eager_ops as ops
+from keras_transformer.speed_paths import eager_ops as ops
+from keras_transformer.speed_paths.in_place_cache_writes import slice_update
 from keras_transformer.utils import text_libraries
-from keras_transformer.utils.slice_update import slice_update
 
 NEG_INF = -1e9
 

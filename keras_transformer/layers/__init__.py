@@ -7,7 +7,6 @@ from keras_transformer.layers.scaled_shared_embedding import ScaledSharedEmbeddi
 from keras_transformer.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
-from keras_transformer.layers.threefry_dropout import ThreefryDropout
 
 __all__ = [
     "DecoderBlock",
@@ -15,5 +14,4 @@ __all__ = [
     "LogitsBias",
     "ScaledSharedEmbedding",
     "SinusoidalPositionEncoding",
-    "ThreefryDropout",
 ]

@@ -30,7 +30,7 @@ Example:
 
 import math
 
-from keras_transformer.utils import eager_ops as ops
+from keras import ops
 
 # What a masked score becomes before the softmax: exp(-1e9 - max) is 0 in float32.
 MASKED_SCORE = -1e9

@@ -7,14 +7,13 @@ come from a cache instead of being recomputed.
 
 Keys and values are separate tensors, values `(batch, heads, length,
 head_dim)` and keys `(batch, heads, head_dim, length)` (transposed for `Q
-K^T`), each written in place at the step's position (`utils.slice_update`),
-so that a compiled step copies no cache and transposes no keys (unlike
-KerasHub's `CachedMultiHeadAttention`; `benchmarks/RESULTS.md`).
+K^T`), each updated at the step's position (`ops.slice_update`), so that a
+step transposes no cached keys (unlike KerasHub's `CachedMultiHeadAttention`).
 """
 
+from keras import ops
+
 from keras_transformer.layers.attention import heads_first, keys_transposed, scaled_dot_product_attention
-from keras_transformer.utils import eager_ops as ops
-from keras_transformer.utils.slice_update import slice_update
 
 
 def cache_keys_values(attention, sequence) -> tuple:
@@ -53,7 +52,7 @@ def record_position(slot_owners, index, beams: int):
     """Each hypothesis writes position `index` into its own beam's slot."""
     rows = ops.shape(slot_owners)[0]
     own_beam = ops.arange(rows, dtype="int32") % beams
-    return slice_update(slot_owners, (0, index), own_beam[:, None])
+    return ops.slice_update(slot_owners, (0, index), own_beam[:, None])
 
 
 def visible_slots(slot_owners, beams: int):
@@ -104,8 +103,8 @@ def attend_cached(attention, query_input, keys, values, mask, beams, update_inde
     query_input = ops.reshape(query_input, (ops.shape(keys)[0], beams, rows_shape[-1]))
     if update_index is not None:
         slot = update_index * beams
-        keys = slice_update(keys, (0, 0, 0, slot), keys_transposed(attention.key_projection(query_input)))
-        values = slice_update(values, (0, 0, slot, 0), heads_first(attention.value_projection(query_input)))
+        keys = ops.slice_update(keys, (0, 0, 0, slot), keys_transposed(attention.key_projection(query_input)))
+        values = ops.slice_update(values, (0, 0, slot, 0), heads_first(attention.value_projection(query_input)))
     mixed, _ = scaled_dot_product_attention(heads_first(attention.query_projection(query_input)), keys, values, mask)
     output = attention.output_projection(heads_first(mixed))
     return ops.reshape(output, rows_shape), keys, values

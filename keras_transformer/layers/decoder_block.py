@@ -1,15 +1,18 @@
 """One decoder layer (section 3.1)."""
 
 import keras
+from keras import ops
 
-from keras_transformer.layers import products
 from keras_transformer.layers.attention import causal_mask, key_padding_mask
 from keras_transformer.layers.cached_attention import attend_cached, cache_keys_values
-from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.encoder_block import (
+    BLOCK_ARGUMENTS,
+    RESIDUAL_DROPOUT,
+    FeedForward,
+    layer_norm,
+    residual_sublayer,
+)
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
-from keras_transformer.layers.residual import RESIDUAL_DROPOUT, layer_norm, residual_sublayer
-from keras_transformer.layers.threefry_dropout import ThreefryDropout
-from keras_transformer.utils import eager_ops as ops
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -79,7 +82,7 @@ class DecoderBlock(keras.layers.Layer):
             return layer
 
         def dropout(name):
-            return ThreefryDropout(self.dropout, dtype=self.dtype_policy, name=name)
+            return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
 
         self.self_attention = attention("self_attention", decoder_sequence_shape)
         self.self_attention_dropout = dropout("self_attention_dropout")
@@ -97,7 +100,6 @@ class DecoderBlock(keras.layers.Layer):
         self.feed_forward_norm = layer_norm(self, decoder_sequence_shape, "feed_forward_norm")
         self.built = True
 
-    @products.accumulating_in_float32
     def call(
         self,
         decoder_sequence,
@@ -139,13 +141,11 @@ class DecoderBlock(keras.layers.Layer):
         x = self._sublayers(decoder_sequence, self_attention, cross_attention, training)
         return (x, cross_weights[0]) if return_cross_attention_scores else x
 
-    @products.accumulating_in_float32
     def cross_attention_cache(self, encoder_output) -> tuple:
         """Keys and values of the encoder output for the cross-attention,
         laid out as `cached_attention.cache_keys_values` returns them."""
         return cache_keys_values(self.cross_attention, encoder_output)
 
-    @products.accumulating_in_float32
     def decode_step(
         self, x, index, self_attention_cache: tuple, cross_attention_cache: tuple, encoder_padding_mask, visible_slots
     ):
@@ -195,15 +195,6 @@ class DecoderBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "intermediate_dim": self.intermediate_dim,
-                "num_heads": self.num_heads,
-                "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout,
-                "activation": keras.activations.serialize(self.activation),
-                "normalize_first": self.normalize_first,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-            }
-        )
+        config.update({name: getattr(self, name) for name in BLOCK_ARGUMENTS})
+        config["activation"] = keras.activations.serialize(self.activation)
         return config

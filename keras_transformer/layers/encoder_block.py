@@ -1,13 +1,92 @@
-"""One encoder layer (section 3.1)."""
+"""One encoder layer (section 3.1), with the two pieces every block is made of.
+
+- `residual_sublayer`: the residual connection and LayerNorm around each
+  sublayer (sections 3.1 and 5.4);
+- `FeedForward`: the position-wise feed-forward network (section 3.3,
+  equation 2);
+- `EncoderBlock`: multi-head self-attention (`multi_head_attention`) and the
+  feed-forward network, each wrapped by `residual_sublayer`.
+
+`decoder_block.DecoderBlock` is built from the same pieces.
+"""
+
+from collections.abc import Callable
 
 import keras
 
-from keras_transformer.layers import products
 from keras_transformer.layers.attention import key_padding_mask
-from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
-from keras_transformer.layers.residual import RESIDUAL_DROPOUT, layer_norm, residual_sublayer
-from keras_transformer.layers.threefry_dropout import ThreefryDropout
+
+# P_drop of the base model (section 5.4): the blocks' and the backbone's default dropout.
+RESIDUAL_DROPOUT = 0.1
+# What a block's config holds: its constructor's arguments.
+BLOCK_ARGUMENTS = (
+    "intermediate_dim num_heads dropout attention_dropout activation normalize_first layer_norm_epsilon".split()
+)
+
+
+def residual_sublayer(x, sublayer: Callable, dropout, norm: Callable, normalize_first: bool, training=None):
+    """Post-LN `LayerNorm(x + Dropout(Sublayer(x)))` (section 3.1, the
+    paper's), or Pre-LN `x + Dropout(Sublayer(LayerNorm(x)))`.
+
+    The dropout is section 5.4's: "applied to the output of each sub-layer,
+    before it is added to the sub-layer input"; `training` is passed to it.
+    `dropout=None` leaves it out (decoding).
+
+    Example:
+    >>> def dropout(h, training=None):
+    ...     return h
+    >>> residual_sublayer(3.0, lambda h: 2 * h, dropout, norm=lambda h: h / 9, normalize_first=False)
+    1.0
+    >>> residual_sublayer(3.0, lambda h: 2 * h, dropout, norm=lambda h: h / 9, normalize_first=True)
+    3.6666666666666665
+    """
+
+    h = sublayer(norm(x) if normalize_first else x)
+    if dropout is not None:
+        h = dropout(h, training=training)
+    return x + h if normalize_first else norm(x + h)
+
+
+def layer_norm(block: keras.layers.Layer, inputs_shape, name: str) -> keras.layers.LayerNormalization:
+    """A built LayerNorm with the block's `layer_norm_epsilon` and dtype policy."""
+    norm = keras.layers.LayerNormalization(epsilon=block.layer_norm_epsilon, dtype=block.dtype_policy, name=name)
+    norm.build(inputs_shape)
+    return norm
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class FeedForward(keras.layers.Layer):
+    """`FFN(x) = max(0, x W1 + b1) W2 + b2` (equation 2), applied to each position.
+
+    `inner` is `x W1 + b1` (d_model to d_ff = `intermediate_dim`) with the
+    activation (ReLU in the paper; Opus-MT's base models use swish), `outer`
+    is `W2 + b2` back to d_model; both Glorot-uniform.
+
+    Example:
+    >>> import numpy as np
+    >>> tuple(FeedForward(intermediate_dim=16)(np.ones((2, 3, 8), "float32")).shape)
+    (2, 3, 8)
+    """
+
+    def __init__(self, intermediate_dim: int, activation="relu", **kwargs):
+        super().__init__(**kwargs)
+        self.intermediate_dim = intermediate_dim
+        self.activation = keras.activations.get(activation)
+
+    def build(self, inputs_shape):
+        self.inner = keras.layers.Dense(self.intermediate_dim, self.activation, dtype=self.dtype_policy, name="inner")
+        self.outer = keras.layers.Dense(inputs_shape[-1], dtype=self.dtype_policy, name="outer")
+        self.inner.build(inputs_shape)
+        self.outer.build((*inputs_shape[:-1], self.intermediate_dim))
+        self.built = True
+
+    def call(self, inputs):
+        return self.outer(self.inner(inputs))
+
+    def get_config(self):
+        activation = keras.activations.serialize(self.activation)
+        return {**super().get_config(), "intermediate_dim": self.intermediate_dim, "activation": activation}
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -61,23 +140,23 @@ class EncoderBlock(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
 
     def build(self, inputs_shape):
+        def dropout(name):
+            return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
+
         self.self_attention = MultiHeadAttention(
             self.num_heads, dropout=self.attention_dropout, dtype=self.dtype_policy, name="self_attention"
         )
         self.self_attention.build(inputs_shape, inputs_shape)
-        self.self_attention_dropout = ThreefryDropout(
-            self.dropout, dtype=self.dtype_policy, name="self_attention_dropout"
-        )
+        self.self_attention_dropout = dropout("self_attention_dropout")
         self.self_attention_norm = layer_norm(self, inputs_shape, "self_attention_norm")
         self.feed_forward = FeedForward(
             self.intermediate_dim, self.activation, dtype=self.dtype_policy, name="feed_forward"
         )
         self.feed_forward.build(inputs_shape)
-        self.feed_forward_dropout = ThreefryDropout(self.dropout, dtype=self.dtype_policy, name="feed_forward_dropout")
+        self.feed_forward_dropout = dropout("feed_forward_dropout")
         self.feed_forward_norm = layer_norm(self, inputs_shape, "feed_forward_norm")
         self.built = True
 
-    @products.accumulating_in_float32
     def call(self, inputs, padding_mask=None, training=None, return_attention_scores=False):
         """The block on `inputs` `(batch, length, d_model)`.
 
@@ -95,30 +174,15 @@ class EncoderBlock(keras.layers.Layer):
             weights.append(attention_weights)
             return output
 
-        x = residual_sublayer(
-            inputs,
-            self_attention,
-            self.self_attention_dropout,
-            self.self_attention_norm,
-            self.normalize_first,
-            training,
-        )
-        x = residual_sublayer(
-            x, self.feed_forward, self.feed_forward_dropout, self.feed_forward_norm, self.normalize_first, training
-        )
+        def sublayer(x, layer, dropout, norm):
+            return residual_sublayer(x, layer, dropout, norm, self.normalize_first, training)
+
+        x = sublayer(inputs, self_attention, self.self_attention_dropout, self.self_attention_norm)
+        x = sublayer(x, self.feed_forward, self.feed_forward_dropout, self.feed_forward_norm)
         return (x, weights[0]) if return_attention_scores else x
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "intermediate_dim": self.intermediate_dim,
-                "num_heads": self.num_heads,
-                "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout,
-                "activation": keras.activations.serialize(self.activation),
-                "normalize_first": self.normalize_first,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-            }
-        )
+        config.update({name: getattr(self, name) for name in BLOCK_ARGUMENTS})
+        config["activation"] = keras.activations.serialize(self.activation)
         return config

@@ -3,12 +3,9 @@
 import keras
 from keras import ops
 
-from keras_transformer.layers import products
-from keras_transformer.layers.direct_call import DirectCall
-
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class LogitsBias(DirectCall, keras.layers.Layer):
+class LogitsBias(keras.layers.Layer):
     """Adds one learned bias per vocabulary entry to the logits.
 
     The paper's pre-softmax projection is the transposed embedding matrix and
@@ -34,9 +31,8 @@ class LogitsBias(DirectCall, keras.layers.Layer):
         self.bias = self.add_weight(shape=(vocabulary_size,), initializer="zeros", name="bias")
         self.built = True
 
-    @products.accumulating_in_float32  # the bias's gradient: a sum over every target position
     def call(self, logits):
-        return products.add_bias(logits, ops.cast(self.bias, logits.dtype))
+        return ops.add(logits, ops.cast(self.bias, logits.dtype))
 
     def get_config(self):
         config = super().get_config()

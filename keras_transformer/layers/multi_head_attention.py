@@ -4,8 +4,6 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.attention import heads_first, keys_transposed, scaled_dot_product_attention
-from keras_transformer.layers.projections import EinsumDense
-from keras_transformer.layers.threefry_dropout import ThreefryDropout
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -38,28 +36,22 @@ class MultiHeadAttention(keras.layers.Layer):
     def build(self, query_shape, memory_shape=None):
         memory_shape = query_shape if memory_shape is None else memory_shape
         d_model = query_shape[-1]
-        head_dim = d_model // self.num_heads
+        heads = (None, self.num_heads, d_model // self.num_heads)
 
-        def projection(equation, output_shape, bias_axes, name):
-            return EinsumDense(
-                equation,
-                output_shape=output_shape,
-                bias_axes=bias_axes,
-                kernel_initializer="glorot_uniform",
-                bias_initializer="zeros",
-                dtype=self.dtype_policy,
-                name=name,
+        def projection(equation, output_shape, bias_axes, name, inputs_shape):
+            layer = keras.layers.EinsumDense(
+                equation, output_shape, bias_axes=bias_axes, dtype=self.dtype_policy, name=name
             )
+            layer.build(inputs_shape)
+            return layer
 
-        self.query_projection = projection("abc,cde->abde", (None, self.num_heads, head_dim), "de", "query")
-        self.key_projection = projection("abc,cde->abde", (None, self.num_heads, head_dim), "de", "key")
-        self.value_projection = projection("abc,cde->abde", (None, self.num_heads, head_dim), "de", "value")
-        self.output_projection = projection("abcd,cde->abe", (None, d_model), "e", "attention_output")
-        self.query_projection.build(query_shape)
-        self.key_projection.build(memory_shape)
-        self.value_projection.build(memory_shape)
-        self.output_projection.build((*query_shape[:-1], self.num_heads, head_dim))
-        self.weights_dropout = ThreefryDropout(self.dropout, dtype=self.dtype_policy, name="weights_dropout")
+        self.query_projection = projection("abc,cde->abde", heads, "de", "query", query_shape)
+        self.key_projection = projection("abc,cde->abde", heads, "de", "key", memory_shape)
+        self.value_projection = projection("abc,cde->abde", heads, "de", "value", memory_shape)
+        self.output_projection = projection(
+            "abcd,cde->abe", (None, d_model), "e", "attention_output", (*query_shape[:-1], *heads[1:])
+        )
+        self.weights_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="weights_dropout")
         self.built = True
 
     def call(self, query, memory, mask=None, training=None):

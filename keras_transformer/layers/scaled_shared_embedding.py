@@ -3,15 +3,13 @@
 import math
 
 import keras
+from keras import ops
 
-from keras_transformer.layers import products, torch_int8
-from keras_transformer.layers.direct_call import DirectCall
-from keras_transformer.utils import eager_ops as ops
 from keras_transformer.utils import library_internals
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class ScaledSharedEmbedding(DirectCall, keras.layers.ReversibleEmbedding):
+class ScaledSharedEmbedding(keras.layers.ReversibleEmbedding):
     """One matrix `E` for source embedding, target embedding and output softmax.
 
     Section 3.4: "we share the same weight matrix between the two embedding
@@ -23,8 +21,7 @@ class ScaledSharedEmbedding(DirectCall, keras.layers.ReversibleEmbedding):
 
     Keras' `ReversibleEmbedding` gives the tied `reverse` projection; what it
     lacks is the sqrt(d_model) scale, which is the only thing this subclass adds
-    (to quantized lookups too, so that `quantize("int8")` covers E as well;
-    on torch its int8 `h @ E^T` runs on torch's int8 kernels, `layers.torch_int8`).
+    (to quantized lookups too, so that `quantize("int8")` covers E as well).
     `E` starts from N(0, d_model^-0.5), so that the scaled embeddings have unit
     variance, as in tensor2tensor.
 
@@ -49,7 +46,6 @@ class ScaledSharedEmbedding(DirectCall, keras.layers.ReversibleEmbedding):
         super().__init__(input_dim=input_dim, output_dim=output_dim, **kwargs)
         self.scale = math.sqrt(output_dim)
 
-    @products.accumulating_in_float32  # the pre-softmax projection (reverse=True)
     def call(self, inputs, reverse: bool = False):
         if reverse and self.reverse_dtype is None and self.logit_soft_cap is None:
             # Keras' embeddings do not autocast their weights, so under a mixed
@@ -57,21 +53,12 @@ class ScaledSharedEmbedding(DirectCall, keras.layers.ReversibleEmbedding):
             # the model's largest product, run in float32. In the compute dtype
             # it reaches the CPU's bfloat16 units, as every other product does.
             kernel = ops.transpose(self.embeddings) if self.tie_weights else self.reverse_embeddings
-            return products.dense(ops.cast(inputs, self.compute_dtype), ops.cast(kernel, self.compute_dtype))
+            return ops.matmul(ops.cast(inputs, self.compute_dtype), ops.cast(kernel, self.compute_dtype))
         if reverse:
             return super().call(inputs, reverse=True)
         return self._scaled(inputs, super().call(inputs))
 
     def quantized_call(self, inputs, reverse: bool = False):
-        if reverse and self.logit_soft_cap is None and torch_int8.takes_torch_int8(self, inputs):
-            if self.tie_weights:  # E: (vocabulary, d_model), one scale per token
-                embeddings, scale = ops.convert_to_tensor(self.embeddings), ops.convert_to_tensor(self.embeddings_scale)
-                return torch_int8.linear(inputs, embeddings, scale, weight_rows_are_outputs=True)
-            kernel, scale = (
-                ops.convert_to_tensor(self.reverse_embeddings),
-                ops.convert_to_tensor(self.reverse_embeddings_scale),
-            )
-            return torch_int8.linear(inputs, kernel, scale)
         if reverse:
             return super().quantized_call(inputs, reverse=True)
         return self._scaled(inputs, super().quantized_call(inputs))

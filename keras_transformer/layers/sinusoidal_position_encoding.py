@@ -4,13 +4,11 @@ import keras
 import keras_hub
 from keras import ops
 
-from keras_transformer.layers.direct_call import DirectCall
-
 LAYOUTS = ("interleaved", "concatenated")
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class SinusoidalPositionEncoding(DirectCall, keras_hub.layers.SinePositionEncoding):
+class SinusoidalPositionEncoding(keras_hub.layers.SinePositionEncoding):
     """The fixed positional encoding of section 3.5.
 
         PE(pos, 2i)     = sin(pos / 10000^(2i / d_model))

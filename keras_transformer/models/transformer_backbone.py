@@ -2,6 +2,7 @@
 
 import keras
 import keras_hub
+from keras import ops
 
 from keras_transformer.layers import (
     DecoderBlock,
@@ -17,9 +18,7 @@ from keras_transformer.layers.cached_attention import (
     record_position,
     visible_slots,
 )
-from keras_transformer.layers.threefry_dropout import ThreefryDropout
 from keras_transformer.training.recipe import TrainingRecipe
-from keras_transformer.utils import eager_ops as ops
 from keras_transformer.utils import special_tokens
 
 
@@ -145,8 +144,8 @@ class TransformerBackbone(keras_hub.models.Backbone):
         self.position_encoding = SinusoidalPositionEncoding(
             layout=position_encoding_layout, dtype=dtype, name="position_encoding"
         )
-        self.encoder_embedding_dropout = ThreefryDropout(dropout, dtype=dtype, name="encoder_embedding_dropout")
-        self.decoder_embedding_dropout = ThreefryDropout(dropout, dtype=dtype, name="decoder_embedding_dropout")
+        self.encoder_embedding_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="encoder_embedding_dropout")
+        self.decoder_embedding_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="decoder_embedding_dropout")
         block_kwargs = dict(
             intermediate_dim=intermediate_dim,
             num_heads=num_heads,

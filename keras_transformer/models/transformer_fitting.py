@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from keras_transformer.layers.threefry_dropout import xla_compiled
+from keras_transformer import speed_paths
 from keras_transformer.utils.text_libraries import tf
 
 TOKEN_ID_KEYS = ("encoder_token_ids", "encoder_padding_mask", "decoder_token_ids")
@@ -13,7 +13,7 @@ TOKEN_ID_KEYS = ("encoder_token_ids", "encoder_padding_mask", "decoder_token_ids
 
 class TransformerFitting:
     """`Transformer`'s training steps: token ids past the preprocessor, arrays
-    reshuffled every epoch, Threefry dropout under XLA, the optimizer built
+    reshuffled every epoch, the speed paths attached, the optimizer built
     before the first trace."""
 
     def preprocess_samples(self, x, y=None, sample_weight=None):
@@ -58,14 +58,9 @@ class TransformerFitting:
         # Shuffled already: Keras would only warn that it cannot shuffle a dataset.
         return super().fit(batches, validation_data=validation_data, shuffle=False, **kwargs)
 
-    def train_step(self, *args, **kwargs):
-        # Traced into Keras' training function, which XLA compiles when
-        # `jit_compile` is on: dropout masks may then use Threefry
-        # (`layers.threefry_dropout`), faster on a CPU than Philox.
-        with xla_compiled(self.jit_compile):
-            return super().train_step(*args, **kwargs)
-
     def make_train_function(self, force: bool = False):
+        # The step traced next runs with the speed paths of this runtime.
+        speed_paths.attach(self, compiled=bool(self.jit_compile) and not self.run_eagerly)
         # Without a distribution strategy, Keras' TensorFlow trainer leaves the
         # optimizer unbuilt until the first traced step creates its variables,
         # and a `tf.function` that creates variables is traced twice. Built

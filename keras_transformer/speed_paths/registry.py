@@ -1,8 +1,8 @@
-"""The speed paths by name: what each is for, and where it applies.
+"""The speed paths by name: what each is for, where it applies, and what it sets on a layer.
 
 Each path module registers itself here with `register`; `is_chosen(name,
-runtime)` is the one question the places that build a search or a training
-step ask.
+runtime)` is the one question asked of a path, and `attachment.attach`
+asks it of every path where a search or a training step is built.
 
 Example:
 >>> from keras_transformer.speed_paths.runtime import Runtime
@@ -17,6 +17,10 @@ from collections.abc import Callable
 from keras_transformer.speed_paths.runtime import Runtime, describe_runtime
 
 
+def _nothing(*_) -> dict:
+    return {}
+
+
 @dataclasses.dataclass(frozen=True)
 class SpeedPath:
     """A way to run the plain layers faster where `applies(runtime)`.
@@ -25,11 +29,19 @@ class SpeedPath:
         name: how it is switched off (`KERAS_TRANSFORMER_SPEED_PATHS_OFF`).
         reason: one line: why it is faster there.
         applies: whether the runtime gains from it.
+        patch: `patch(layer, runtime)`, the attributes the path sets on one
+            layer of the backbone (`"__class__"` swaps its class): `{}` for
+            a layer it does not concern.
+        operations: `operations(runtime)`, the `keras.ops` functions it
+            replaces, by name, in the methods of the paper's layers
+            (`attachment.rebound`).
     """
 
     name: str
     reason: str
     applies: Callable[[Runtime], bool]
+    patch: Callable = _nothing
+    operations: Callable = _nothing
 
     def applies_to(self, runtime: Runtime) -> bool:
         off = runtime.paths_off

@@ -1,6 +1,7 @@
 """One description of the runtime the speed paths are chosen from: backend, device, CPU, cores.
 
-Made once per process (`describe_runtime`); tests build their own
+Made once per process (`describe_runtime`); `attach` adds whether the step
+being built is compiled (`compiled`). Tests build their own
 `Runtime` to choose paths for another machine.
 
 Example:
@@ -30,6 +31,8 @@ class Runtime:
         cpu_flags: the CPU's feature flags (empty where unknown).
         cores: the cores this process may run on.
         paths_off: names of speed paths switched off (`"all"` for every one).
+        compiled: whether the step the paths are attached for is compiled
+            (XLA on TensorFlow and JAX, `torch.compile` on torch).
     """
 
     backend: str
@@ -37,11 +40,17 @@ class Runtime:
     cpu_flags: frozenset = dataclasses.field(default=frozenset(), repr=False)
     cores: int = 1
     paths_off: frozenset = frozenset()
+    compiled: bool = False
 
     @property
     def compiles_with_xla(self) -> bool:
         """TensorFlow (under `jit_compile`) and JAX compile through XLA."""
         return self.backend in ("tensorflow", "jax")
+
+    @property
+    def under_xla(self) -> bool:
+        """The step is compiled, by XLA."""
+        return self.compiled and self.compiles_with_xla
 
     @property
     def on_cpu(self) -> bool:
@@ -53,16 +62,18 @@ class Runtime:
         return bool(BFLOAT16_FLAGS & self.cpu_flags)
 
 
-@functools.cache
 def describe_runtime() -> Runtime:
-    """The runtime of this process, read once."""
-    return Runtime(
-        backend=keras.config.backend(),
-        device=_device(keras.config.backend()),
-        cpu_flags=_cpu_flags(),
-        cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
-        paths_off=frozenset(name.strip() for name in os.environ.get(OFF_VARIABLE, "").split(",") if name.strip()),
-    )
+    """The runtime of this process: the machine read once, the paths
+    switched off (`KERAS_TRANSFORMER_SPEED_PATHS_OFF`) read now."""
+    off = os.environ.get(OFF_VARIABLE, "")
+    return dataclasses.replace(_machine(), paths_off=frozenset(name.strip() for name in off.split(",") if name.strip()))
+
+
+@functools.cache
+def _machine() -> Runtime:
+    backend = keras.config.backend()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return Runtime(backend=backend, device=_device(backend), cpu_flags=_cpu_flags(), cores=cores)
 
 
 def _device(backend: str) -> str:

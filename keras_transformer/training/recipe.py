@@ -7,7 +7,7 @@ and `keras-transformer train` all take their defaults from it.
 
 import dataclasses
 
-from keras_transformer.layers.residual import RESIDUAL_DROPOUT
+from keras_transformer.layers.encoder_block import RESIDUAL_DROPOUT
 
 
 @dataclasses.dataclass(frozen=True)

@@ -178,3 +178,53 @@ def tensorflow_compiles_with_xla() -> bool:
     from tensorflow.python.ops import control_flow_util
 
     return not tf.executing_eagerly() and control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def remat_mode(layer: keras.layers.Layer):
+    """The layer's rematerialization mode, or None (`Layer._remat_mode`, read by Keras' `__call__`)."""
+    return getattr(layer, "_remat_mode", None)
+
+
+def sublayers(layer: keras.layers.Layer) -> list:
+    """`layer` and every layer inside it, recursively (`Layer._flatten_layers`,
+    the walk Keras' `Model.quantize` takes); Keras has no public one."""
+    return list(layer._flatten_layers(include_self=True, recursive=True))
+
+
+def kernel_transpose_axes(layer: keras.layers.EinsumDense):
+    """How a quantized `EinsumDense` transposed its kernel to quantize it
+    (`EinsumDense._kernel_transpose_axes`), or None."""
+    return getattr(layer, "_kernel_transpose_axes", None)
+
+
+def call_bypassing_keras(layer: keras.layers.Layer, inputs, kwargs: dict):
+    """`layer.call(inputs, **kwargs)` (`quantized_call` for a quantized
+    layer, as Keras would), without Keras' `Layer.__call__`: no argument
+    binding, training flag, masks, name or autocast scope, input checks, and
+    on torch no `torch.nn.Module.__call__`, so **torch forward hooks
+    registered on `layer` do not run**. For the speed path `direct_calls`,
+    which takes this route only where that work changes nothing."""
+    if layer.quantization_mode is not None:
+        return layer.quantized_call(inputs, **kwargs)
+    return layer.call(inputs, **kwargs)
+
+
+def torch_version_counter(tensor) -> int:
+    """How many times a torch tensor was written in place (`Tensor._version`)."""
+    return tensor._version
+
+
+def torch_quantizes_per_channel() -> bool:
+    """Whether torch still has `torch._make_per_channel_quantized_tensor`,
+    the one way to build an int8 weight with one scale per output from int8
+    values (`torch.quantize_per_channel` takes float weights)."""
+    import torch
+
+    return callable(getattr(torch, "_make_per_channel_quantized_tensor", None))
+
+
+def torch_per_channel_quantized(values, scales, zero_points, axis: int):
+    """A quantized torch tensor of int8 `values` with one scale per channel along `axis`."""
+    import torch
+
+    return torch._make_per_channel_quantized_tensor(values, scales, zero_points, axis)

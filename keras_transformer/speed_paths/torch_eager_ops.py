@@ -1,4 +1,4 @@
-"""The torch side of `utils.eager_ops`: `keras.ops`' functions that call
+"""The torch side of `speed_paths.eager_ops`: `keras.ops`' functions that call
 torch directly on plain torch tensors (or Keras variables holding them) where
 that gives what `keras.ops` gives, and go through `keras.ops` otherwise."""
 

@@ -1,4 +1,4 @@
-"""The TensorFlow side of `utils.eager_ops`: `keras.ops`' functions that run
+"""The TensorFlow side of `speed_paths.eager_ops`: `keras.ops`' functions that run
 TensorFlow's operations directly (`tf.raw_ops`) on eager tensors, outside
 any `tf.function`, where that gives what `keras.ops` gives, and go through
 `keras.ops` otherwise.
@@ -187,3 +187,18 @@ def where(condition, x1, x2):
         if b is not None and b.dtype.is_floating and isinstance(x1, float):
             return raw.SelectV2(condition=c, t=_scalar(x1, b.dtype), e=b)
     return ops.where(condition, x1, x2)
+
+
+def slice_update(inputs, start_indices, updates):
+    """TensorFlow's own strided-slice update, where Keras writes XLA's
+    DynamicUpdateSlice, which eager TensorFlow compiles with XLA for every
+    new shape it meets (a decoding cache's at every search). The update must
+    lie inside `inputs`."""
+    tensor = _plain(inputs)
+    if tensor is None:
+        return ops.slice_update(inputs, start_indices, updates)
+    begin = [int(start) for start in start_indices]
+    end = [start + size for start, size in zip(begin, updates.shape, strict=True)]
+    return raw.TensorStridedSliceUpdate(
+        input=tensor, begin=begin, end=end, strides=[1] * len(begin), value=cast(updates, tensor.dtype.name)
+    )

@@ -1,6 +1,7 @@
 """Values computed from a torch tensor, kept while it lives and computed again after it changes.
 
-torch counts the in-place writes to a tensor (`tensor._version`); Keras' torch
+The speed paths' helper for the values they derive from weights. torch
+counts the in-place writes to a tensor (its version counter); Keras' torch
 variables are updated in place (training, `assign`, loading weights). A value
 derived from a weight (a packed int8 copy, a transposed copy) stays right for
 as long as the weight's version, and whatever else it was made from, is the
@@ -27,6 +28,8 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 
+from keras_transformer.utils import library_internals
+
 
 def derived(cache: dict, tensor, state: tuple, make: Callable):
     """`make()`, kept in `cache` for `tensor` until `tensor` is written in
@@ -44,4 +47,4 @@ def derived(cache: dict, tensor, state: tuple, make: Callable):
 def version(tensor) -> int | None:
     """How many times `tensor` was written in place; None for an inference
     tensor, which does not count them."""
-    return None if tensor.is_inference() else tensor._version
+    return None if tensor.is_inference() else library_internals.torch_version_counter(tensor)
