@@ -29,8 +29,14 @@ from collections.abc import Callable
 import keras
 import numpy as np
 
-from keras_transformer.generation.decoding import compiled_search, jax_stateless_search, resolve_jit_compile, search_of
+from keras_transformer.generation.decoding import (
+    compiled_search,
+    jax_stateless_search,
+    resolve_jit_compile,
+    search_with_speed_paths,
+)
 from keras_transformer.generation.settings import SearchSettings
+from keras_transformer.speed_paths.runtime import describe_runtime
 
 
 class SearchPrograms:
@@ -50,8 +56,10 @@ class SearchPrograms:
         self.buffer_length = buffer_length or (lambda width: width + search.max_extra_length)
         self._programs: dict[tuple[int, int], object] = {}
         self._lock = threading.Lock()  # one compilation at a time: warm-up and a first request may meet
-        if keras.config.backend() == "jax":
-            self._stateless = jax_stateless_search(model, search_of(model.backbone, search))
+        self._ahead_of_time = describe_runtime().backend == "jax"
+        if self._ahead_of_time:
+            function = search_with_speed_paths(model, search, jit_compile=True, traced=True)
+            self._stateless = jax_stateless_search(model, function)
         else:
             self._function = compiled_search(model, resolve_jit_compile(), search)
 
@@ -66,7 +74,7 @@ class SearchPrograms:
                 return
             token_ids = np.ones((size, width), "int32")
             inputs = self._inputs({"encoder_token_ids": token_ids, "encoder_padding_mask": token_ids.astype(bool)})
-            if keras.config.backend() == "jax":
+            if self._ahead_of_time:
                 program = _shared_executable(
                     self._signature(size, width), lambda: self._stateless.lower(self._values(), inputs)
                 )
@@ -85,7 +93,7 @@ class SearchPrograms:
         size, width = token_ids["encoder_token_ids"].shape
         self.compile(size, width)
         program, inputs = self._programs[(size, width)], self._inputs(token_ids)
-        outputs = program(self._values(), inputs) if keras.config.backend() == "jax" else program(inputs)
+        outputs = program(self._values(), inputs) if self._ahead_of_time else program(inputs)
         return {name: keras.ops.convert_to_numpy(value) for name, value in outputs.items()}
 
     def _inputs(self, token_ids: dict) -> dict:
