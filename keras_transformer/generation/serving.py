@@ -101,10 +101,11 @@ def export_saved_model(
             or a multilingual model without a known target language.
         FileExistsError: `directory` holds files and `overwrite` is False.
     """
-    if keras.config.backend() != "tensorflow":
+    backend = describe_runtime().backend
+    if backend != "tensorflow":
         raise RuntimeError(
             f"Exporting a SavedModel needs the TensorFlow backend; Keras runs on "
-            f"{keras.config.backend()!r}. Set KERAS_BACKEND=tensorflow before Keras "
+            f"{backend!r}. Set KERAS_BACKEND=tensorflow before Keras "
             "is imported (`keras-transformer export` does so itself)."
         )
     if model.preprocessor is None:
@@ -139,7 +140,7 @@ def _export_archive(model, settings: SearchSettings, target_language: str | None
     max_source_tokens = model.max_source_tokens
     special_ids = [backbone.pad_token_id, backbone.start_token_id, backbone.end_token_id]
     tag_ids = tokenizer.language_tag_ids()
-    # The graph is traced, run by TensorFlow without XLA: as `translate`'s search, with its kernels.
+    # A traced search, as `translate`'s (TensorFlow runs it without XLA): the same kernels.
     kernels = search_kernels(describe_runtime(), jit_compile=False, traced=True)
 
     def pack(texts):

@@ -13,11 +13,11 @@ rounds as `ops.log_softmax` does (traced for XLA).
 
 Example:
 >>> import numpy as np
->>> logits = np.log(np.array([[[0.1, 0.2, 0.3, 0.4], [0.4, 0.35, 0.15, 0.1]]], "float32"))
+>>> logits = np.linspace(0, 1, 2 * 64, dtype="float32").reshape(1, 2, 64)  # 2 beams of 64 tokens
 >>> alive = np.log(np.array([[0.6, 0.4]], "float32"))
->>> values, ids = best_extensions_in_chunks(logits, alive, 3, [0], np.array([False]), end_token_id=1, chunk=2)
->>> np.asarray(ids).tolist()  # beam 0 tokens 3 and 2, beam 1 token 1 (token 0 is banned)
-[[3, 2, 5]]
+>>> values, ids = best_extensions_in_chunks(logits, alive, 2, [0], np.array([False]), end_token_id=1, chunk=8)
+>>> np.asarray(ids).tolist()  # beam 0's tokens 63 and 62: its score is the higher
+[[63, 62]]
 """
 
 import numpy as np
