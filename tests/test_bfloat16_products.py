@@ -348,21 +348,20 @@ def test_tensorflow_trains_bfloat16_without_xla_and_decodes_with_it(monkeypatch,
     if keras.config.backend() != "tensorflow":
         pytest.skip("XLA is chosen per dtype on TensorFlow only")
     from helpers import make_model
-    from keras_transformer.generation import decoding
-    from keras_transformer.models import transformer_generation
+    from keras_transformer.generation import decoding, search_runner
+    from keras_transformer.speed_paths import Runtime
 
-    for has_units, expected in ((False, True), (True, False)):  # ends with bfloat16 units
-        monkeypatch.setattr(Runtime, "has_bfloat16_units", property(lambda self, has_units=has_units: has_units))
-        assert decoding.resolve_jit_compile("auto", "bfloat16") is expected
-        assert decoding.resolve_jit_compile("auto", "float32") is True
-        assert decoding.resolve_jit_compile("auto") is True
-        assert decoding.resolve_jit_compile(True, "bfloat16") is True
+    for flags, expected in ((frozenset(), True), (frozenset({"avx512_bf16"}), False)):  # ends with bfloat16 units
+        runtime = Runtime("tensorflow", "cpu", cpu_flags=flags)
+        monkeypatch.setattr(decoding, "describe_runtime", lambda runtime=runtime: runtime)
+        assert decoding.resolve_jit_compile("auto", "bfloat16", runtime) is expected
+        assert decoding.resolve_jit_compile("auto", "float32", runtime) is True
+        assert decoding.resolve_jit_compile("auto", runtime=runtime) is True
+        assert decoding.resolve_jit_compile(True, "bfloat16", runtime) is True
 
     # A compiled bfloat16 model: training steps without XLA, its searches with it.
     searches = []
-    monkeypatch.setattr(
-        transformer_generation, "compiled_search", lambda model, jit, *args: searches.append(jit) or (1 / 0)
-    )
+    monkeypatch.setattr(search_runner, "compiled_search", lambda model, jit, *args: searches.append(jit) or (1 / 0))
     model = make_model(tokenizer, dtype="mixed_bfloat16")
     model.compile()
     assert model.jit_compile is False
@@ -377,24 +376,26 @@ def test_tensorflow_searches_project_onto_a_transposed_bfloat16_kernel(tf, token
     if not _cpu_has_bfloat16_units(tf):
         pytest.skip("the products are rerouted on CPUs with bfloat16 instructions only")
     from helpers import make_model
-    from keras_transformer.generation import acceleration, decoding
+    from keras_transformer.speed_paths import describe_runtime, output_projection
 
     model = make_model(tokenizer, dtype="mixed_bfloat16")
     backbone = model.backbone
-    assert acceleration.step_logits(backbone) == backbone.logits  # eagerly TensorFlow's own kernels run
+    runtime = describe_runtime()
+    assert output_projection.step_logits(backbone, runtime) == backbone.logits  # eagerly TensorFlow's own kernels run
     hidden = np.ones((2, 1, backbone.hidden_dim), "float32")
-    logits = tf.function(lambda: acceleration.step_logits(backbone)(ops.cast(hidden, "bfloat16")), jit_compile=True)()
+    logits_of = output_projection.step_logits
+    logits = tf.function(lambda: logits_of(backbone, runtime)(ops.cast(hidden, "bfloat16")), jit_compile=True)()
     assert logits.dtype == "bfloat16" and tuple(logits.shape) == (2, 1, backbone.vocabulary_size)
-    assert acceleration.step_logits(make_model(tokenizer).backbone) == backbone.logits  # float32
+    assert logits_of(make_model(tokenizer).backbone, runtime) == backbone.logits  # float32
 
-    made, original = [], acceleration.step_logits
+    made, original = [], output_projection.step_logits
 
-    def recorded(backbone):
-        chosen = original(backbone)
+    def recorded(backbone, runtime):
+        chosen = original(backbone, runtime)
         made.append(chosen != backbone.logits)
         return chosen
 
-    monkeypatch.setattr(decoding, "step_logits", recorded)
+    monkeypatch.setattr(output_projection, "step_logits", recorded)
     sentences = ["a dog runs .", "two men play football in the park ."]
     model.compile(jit_compile=True)
     routed = model.generate(sentences)

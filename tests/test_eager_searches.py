@@ -2,12 +2,14 @@
 one piece (what speeds up XLA's compiled searches slows eager operators), and
 its searches are kept apart from the compiled ones."""
 
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
 
-from keras_transformer.generation import acceleration
-from keras_transformer.models import transformer_generation
+from keras_transformer.generation import search_runner
+from keras_transformer.speed_paths import describe_runtime
 
 SENTENCES = ["a dog runs", "two dogs play", "a cat sleeps .", "a man walks ."]
 # Under XLA on a CPU, a compiled search of the tiny model runs in two parts at once.
@@ -17,14 +19,15 @@ COMPILED_PARTS = 2 if keras.config.backend() in ("tensorflow", "jax") else 1
 @pytest.fixture
 def searches(monkeypatch):
     """`(function, rows, parts)` of each search the models run, on a CPU of two cores."""
-    monkeypatch.setattr(acceleration, "_cores", lambda: 2)
-    recorded, search_in_parts = [], transformer_generation.search_in_parts
+    two_cores = dataclasses.replace(describe_runtime(), cores=2)
+    monkeypatch.setattr(search_runner, "describe_runtime", lambda: two_cores)
+    recorded, search_in_parts = [], search_runner.search_in_parts
 
     def recording(function, inputs, parts, at_once=True):
         recorded.append((function, len(inputs["encoder_token_ids"]), parts))
         return search_in_parts(function, inputs, parts, at_once)
 
-    monkeypatch.setattr(transformer_generation, "search_in_parts", recording)
+    monkeypatch.setattr(search_runner, "search_in_parts", recording)
     return recorded
 
 

@@ -26,10 +26,12 @@ LAYERS = [
     ["layers", "layers.*"],
     ["speed_paths", "speed_paths.*"],  # attached to the layers where a search or a training step is built
     ["training.recipe"],  # its dropout is the layers' default
-    ["generation.search", "generation.acceleration"],
+    ["generation.search"],
     ["models", "models.transformer_backbone"],
+    # The faster ways to run the layers and the search, attached where a search is built.
+    ["speed_paths", "speed_paths.*"],
     ["models.transformer_tokenizer", "models.transformer_preprocessor", "presets", "presets.catalog"],
-    ["generation.decoding", "generation.translation", "generation.batches"],
+    ["generation.decoding", "generation.search_runner", "generation.translation", "generation.batches"],
     ["presets.integrity", "presets.model_card"],
     ["presets.resolution", "presets.saving"],
     [

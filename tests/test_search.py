@@ -2,7 +2,6 @@
 
 import itertools
 
-import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -133,90 +132,3 @@ def test_length_penalty_is_gnmt():
     assert float(length_penalty(1, 0.6)) == pytest.approx(1.0)
     assert float(length_penalty(7, 0.6)) == pytest.approx(2.0**0.6)
     assert float(length_penalty(7, 0.0)) == pytest.approx(1.0)
-
-
-def test_first_argmax_is_argmax_with_ties_to_the_first_index():
-    from keras_transformer.generation.search import first_argmax
-
-    rng = np.random.default_rng(0)
-    scores = rng.normal(size=(64, 300)).astype("float32")
-    scores[::3, 7] = scores[::3, 200] = 50.0  # ties: the first index wins, as with argmax
-    scores[5] = -np.inf
-    expected = np.argmax(scores, axis=-1)
-    np.testing.assert_array_equal(ops.convert_to_numpy(first_argmax(scores)), expected)
-
-
-def compiled(function):
-    """`function` as the search runs it: one XLA program on TensorFlow and JAX."""
-    if keras.config.backend() == "jax":
-        import jax
-
-        return jax.jit(function)
-    if keras.config.backend() == "tensorflow":
-        import tensorflow as tf
-
-        return tf.function(function, jit_compile=True, autograph=False)
-    return function
-
-
-@pytest.mark.parametrize("vocab", [1000, 1009])  # chunks of 8; padded (a prime)
-def test_best_extensions_are_the_top_k_of_every_extension(vocab):
-    from keras_transformer.generation.search import NEG_INF, best_extensions
-
-    rng = np.random.default_rng(vocab)
-    banned, end, count = (0, 2, 9), 3, 8  # token 9 is banned inside the second chunk
-    # Rounded logits: many ties, which must still resolve to the lowest index.
-    logits = np.round(rng.normal(size=(6, 4, vocab)) * 3).astype("float32")
-    logits[1, :, -5:] = 20.0  # the best tokens in the last (padded) chunk
-    logits[2] = 0.0  # all tied
-    logits[4, :, 9] = 30.0  # a banned token is the largest logit
-    alive = (rng.normal(size=(6, 4)) * 3).astype("float32")
-    alive[3, 1:] = NEG_INF  # as at the first step: only beam 0 is live
-    forced = np.array([False, True, False, False, False, False])  # a sentence at its length limit
-
-    def every_extension(logits, alive, forced):
-        log_probs = ops.log_softmax(logits, axis=-1)
-        vocabulary = ops.arange(vocab)
-        is_banned = (vocabulary == 0) | (vocabulary == 2) | (vocabulary == 9)
-        is_banned = is_banned | (forced[:, None, None] & (vocabulary != end))
-        scores = alive[:, :, None] + ops.where(is_banned, NEG_INF, log_probs)
-        return ops.top_k(ops.reshape(scores, (6, 4 * vocab)), count)
-
-    def in_chunks(logits, alive, forced):
-        return best_extensions(logits, alive, count, banned, forced, end, chunk=8)
-
-    arguments = [ops.convert_to_tensor(a) for a in (logits, alive, forced)]
-    expected = [ops.convert_to_numpy(t) for t in compiled(every_extension)(*arguments)]
-    found = [ops.convert_to_numpy(t) for t in compiled(in_chunks)(*arguments)]
-    np.testing.assert_array_equal(found[0].view("int32"), expected[0].view("int32"))  # to the bit
-    if keras.config.backend() != "torch":  # torch.topk does not promise an order among ties
-        np.testing.assert_array_equal(found[1], expected[1])
-    assert set(found[1][4] % vocab).isdisjoint(banned)
-    np.testing.assert_array_equal(found[1][1][:4] % vocab, [end] * 4)  # each beam's end token first
-
-
-def test_beam_search_finds_the_same_with_or_without_chunks(monkeypatch):
-    """The search with `best_extensions` in chunks (its default on a large
-    vocabulary) and over every extension: the same tokens and scores, to the bit."""
-    from keras_transformer.generation import search
-
-    vocab, batch, beam_size = 1500, 3, 4
-    table = np.random.RandomState(0).normal(0, 3, (vocab, vocab)).astype("float32")
-    table[:, END] -= 4.0  # translations of a few tokens, some ending before their limit
-
-    def translate(table, first, max_lengths):
-        def step(token_ids, index, cache):
-            return ops.take(table, token_ids[:, 0], axis=0), cache
-
-        special = dict(start_token_id=START, end_token_id=END, pad_token_id=PAD)
-        cache = ops.zeros((batch, 1), "int32")
-        return beam_search(step, first, cache, max_lengths, 10, beam_size, 0.6, **special)
-
-    arguments = [ops.convert_to_tensor(a) for a in (table, table[[5, 6, 7]], np.array([4, 6, 9], "int32"))]
-    chunked = [ops.convert_to_numpy(t) for t in compiled(translate)(*arguments)]
-    in_chunks = search.best_extensions
-    monkeypatch.setattr(search, "best_extensions", lambda *args: in_chunks(*args, chunk=vocab))
-    whole = [ops.convert_to_numpy(t) for t in compiled(translate)(*arguments)]
-    np.testing.assert_array_equal(chunked[0], whole[0])
-    np.testing.assert_array_equal(chunked[1].view("int32"), whole[1].view("int32"))
-    assert (chunked[0] == END).any(axis=1).all()

@@ -1,5 +1,5 @@
 """A process forked while another thread holds the lock of the search threads
-(`generation.acceleration`) searches in parts in the child, without waiting
+(`speed_paths.two_halves`) searches in parts in the child, without waiting
 for a lock no thread of the child will release."""
 
 import os
@@ -8,17 +8,17 @@ import time
 
 import numpy as np
 
-from keras_transformer.generation import acceleration
+from keras_transformer.speed_paths import two_halves
 
 CHILD_SECONDS = 20
 
 
 def test_a_child_forked_while_a_thread_holds_the_lock_searches_in_parts():
-    parent_threads = acceleration._search_threads()
+    parent_threads = two_halves._search_threads()
     held, release = threading.Event(), threading.Event()
 
     def hold_the_lock():
-        with acceleration._SEARCH_THREADS_LOCK:
+        with two_halves._SEARCH_THREADS_LOCK:
             held.set()
             release.wait()
 
@@ -29,8 +29,8 @@ def test_a_child_forked_while_a_thread_holds_the_lock_searches_in_parts():
     if child == 0:  # the child: exit code 0 once it searched in parts with threads of its own
         ok = False
         try:
-            halves = acceleration.search_in_parts(lambda part: {"x": np.asarray(part["x"]) * 2}, {"x": np.arange(4)}, 2)
-            ok = halves["x"].tolist() == [0, 2, 4, 6] and acceleration._search_threads() is not parent_threads
+            halves = two_halves.search_in_parts(lambda part: {"x": np.asarray(part["x"]) * 2}, {"x": np.arange(4)}, 2)
+            ok = halves["x"].tolist() == [0, 2, 4, 6] and two_halves._search_threads() is not parent_threads
         finally:
             os._exit(0 if ok else 1)
     release.set()
@@ -43,4 +43,4 @@ def test_a_child_forked_while_a_thread_holds_the_lock_searches_in_parts():
         os.waitpid(child, 0)
     assert finished[0] == child, f"the child still waited after {CHILD_SECONDS} s"
     assert os.waitstatus_to_exitcode(finished[1]) == 0
-    assert acceleration._search_threads() is parent_threads
+    assert two_halves._search_threads() is parent_threads

@@ -3,15 +3,14 @@
 `search_step` runs the encoder once, computes the cross-attention keys and
 values of its output once (one copy per sentence, which all its beams read:
 `layers.cached_attention.attend_cached`), and hands a cached one-position `step` to the greedy or
-beam search of `keras_transformer.generation.search`. `compiled_search` compiles
-it per backend: XLA on TensorFlow, `jax.jit` on JAX (stateless, the
-variables passed in), under `torch.inference_mode` on torch, eagerly or,
-with `jit_compile=True`, each step of the search through `torch.compile`;
-the speed paths chosen for the runtime are attached to the model first
-(`speed_paths.attach`).
+beam search of `keras_transformer.generation.search`. `compiled_search`
+attaches the layers' speed paths chosen for the runtime (`speed_paths.attach`),
+gives the search the kernels of its own (`speed_paths.search_kernels`) and
+compiles it per backend: XLA on TensorFlow, `jax.jit` on JAX (stateless, the
+variables passed in), under `torch.inference_mode` on torch, eagerly or, with
+`jit_compile=True`, each step of the search through `torch.compile`.
 """
 
-import warnings
 from collections.abc import Callable
 from functools import partial
 
@@ -19,13 +18,17 @@ import keras
 
 from keras_transformer import speed_paths
 from keras_transformer.generation import search
-from keras_transformer.generation.acceleration import step_logits
+from keras_transformer.generation.search import SearchKernels
 from keras_transformer.generation.settings import SearchSettings
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.speed_paths import eager_ops as ops
+from keras_transformer.speed_paths.runtime import Runtime, describe_runtime
+from keras_transformer.speed_paths.search_kernels import search_kernels
 
 
-def resolve_jit_compile(jit_compile: bool | str = "auto", training_dtype: str | None = None) -> bool:
+def resolve_jit_compile(
+    jit_compile: bool | str = "auto", training_dtype: str | None = None, runtime: Runtime | None = None
+) -> bool:
     """`"auto"` means XLA on TensorFlow and JAX, on CPUs too, except for
     training in bfloat16 on TensorFlow on a CPU with bfloat16 instructions.
 
@@ -47,6 +50,7 @@ def resolve_jit_compile(jit_compile: bool | str = "auto", training_dtype: str | 
         jit_compile: True, False or "auto".
         training_dtype: for a training step, the model's compute dtype
             (`"bfloat16"` under `mixed_bfloat16`); `None` for decoding.
+        runtime: the backend, device and CPU (by default this process's).
 
     Example:
     >>> resolve_jit_compile(False)
@@ -54,15 +58,14 @@ def resolve_jit_compile(jit_compile: bool | str = "auto", training_dtype: str | 
     """
     if jit_compile != "auto":
         return bool(jit_compile)
-    backend = keras.config.backend()
-    if backend == "tensorflow":
+    runtime = runtime or describe_runtime()
+    if runtime.backend == "tensorflow":
         import tensorflow as tf
 
         if tf.distribute.has_strategy():
             return False
-        on_cpu = not tf.config.list_physical_devices("GPU")
-        return not (training_dtype == "bfloat16" and on_cpu and speed_paths.describe_runtime().has_bfloat16_units)
-    return backend == "jax"
+        return not (training_dtype == "bfloat16" and runtime.on_cpu and runtime.has_bfloat16_units)
+    return runtime.backend == "jax"
 
 
 def search_step(
@@ -72,8 +75,8 @@ def search_step(
     alpha: float = SearchSettings.alpha,
     max_extra_length: int = SearchSettings.max_extra_length,
     with_completion: bool = False,
-    compile_body: Callable | None = None,
     num_hypotheses: int = 1,
+    kernels: SearchKernels | None = None,
 ) -> dict:
     """Decodes one batch of token ids; traceable as a single graph.
 
@@ -92,10 +95,12 @@ def search_step(
         with_completion: the buffer may be shorter than that limit; the
             output then also holds `complete`, which sentences were
             finished within it (see `search.beam_search`).
-        compile_body: compiles each step of the search, decoding and
-            choosing (torch: `compiled_search`); the first step runs as is.
         num_hypotheses: with beam search, the n best hypotheses of each
             sentence instead of the best one (see `search.beam_search`).
+        kernels: how the search computes its logits, choices and steps
+            (`search.SearchKernels`; by default the plain ones). Its
+            `compile_body` compiles each step, decoding and choosing; the
+            first step runs as is.
 
     Returns:
         `{"decoder_token_ids", "decoder_padding_mask"}`: the translations
@@ -111,6 +116,7 @@ def search_step(
     buffer_length = ops.shape(inputs["decoder_token_ids"])[1]
     start_token_id, end_token_id = backbone.start_token_id, backbone.end_token_id
     pad_token_id = backbone.pad_token_id
+    kernels = kernels or SearchKernels()
 
     encoder_output = backbone.encode(source_ids, source_mask)
     # Source tokens without start and end tokens (whichever packing the
@@ -119,8 +125,8 @@ def search_step(
     max_lengths = ops.sum(ops.cast(is_text, "int32"), axis=-1) + max_extra_length + 1
 
     cross_cache = backbone.cross_attention_cache(encoder_output)
-    # The backend's and CPU's way to the logits, chosen once per traced search.
-    logits_of = step_logits(backbone)
+    # Made once per traced search, outside its loop.
+    logits_of = kernels.step_logits(backbone)
     start = ops.full((batch, 1), start_token_id, dtype="int32")
     logits, self_cache = backbone.decode_step(
         start, 0, source_mask, backbone.empty_cache(batch, buffer_length), cross_cache, logits_of
@@ -143,10 +149,12 @@ def search_step(
         end_token_id=end_token_id,
         pad_token_id=pad_token_id,
         with_completion=with_completion,
-        compile_body=compile_body,
+        compile_body=kernels.compile_body,
     )
     if beam_size is None:
-        found = search.greedy_search(step, first_logits, self_cache, max_lengths, buffer_length, **options)
+        found = search.greedy_search(
+            step, first_logits, self_cache, max_lengths, buffer_length, argmax=kernels.argmax, **options
+        )
     else:
         found = search.beam_search(
             step,
@@ -159,6 +167,7 @@ def search_step(
             num_hypotheses=num_hypotheses,
             reorder_cache=backbone.reorder_cache,
             expand_cache=backbone.expand_cache,
+            best_extensions=kernels.best_extensions,
             **options,
         )
         scores, found = found[1], ((found[0], found[2]) if with_completion else found[0])  # scores apart
@@ -194,9 +203,13 @@ def _with_prefix(step: Callable, prefix, forced, beams: int) -> Callable:
 
 
 def search_of(
-    backbone: TransformerBackbone, settings: SearchSettings, with_completion: bool = False, num_hypotheses: int = 1
+    backbone: TransformerBackbone,
+    settings: SearchSettings,
+    with_completion: bool = False,
+    num_hypotheses: int = 1,
+    kernels: SearchKernels | None = None,
 ) -> Callable[[dict], dict]:
-    """`search_step` of `backbone` with `settings`: a function of the inputs alone."""
+    """`search_step` of `backbone` with `settings` and `kernels`: a function of the inputs alone."""
     return partial(
         search_step,
         backbone,
@@ -205,7 +218,38 @@ def search_of(
         max_extra_length=settings.max_extra_length,
         with_completion=with_completion,
         num_hypotheses=num_hypotheses,
+        kernels=kernels,
     )
+
+
+def search_with_speed_paths(
+    model: keras.Model,
+    settings: SearchSettings,
+    *,
+    jit_compile: bool,
+    traced: bool,
+    with_completion: bool = False,
+    num_hypotheses: int = 1,
+    runtime: Runtime | None = None,
+) -> Callable[[dict], dict]:
+    """`search_of(model.backbone, ...)` with the speed paths `runtime` (by
+    default this process's) takes, the layers' attached to `model` and the
+    search's own kernels: what every search is built from (`compiled_search`,
+    the server's programs).
+
+    Args:
+        model: a model with a `backbone`.
+        settings, with_completion, num_hypotheses: see `search_step`.
+        jit_compile, traced: how the search is compiled
+            (`speed_paths.search_kernels.search_kernels`).
+        runtime: what the speed paths are chosen from.
+    """
+    runtime = runtime or describe_runtime()
+    # The layers' paths: compiled means XLA (TensorFlow's jit_compile, JAX) or torch.compile.
+    compiled = (traced and (jit_compile or runtime.backend == "jax")) or (runtime.backend == "torch" and jit_compile)
+    speed_paths.attach(model, runtime, compiled=compiled)
+    kernels = search_kernels(runtime, jit_compile=jit_compile, traced=traced)
+    return search_of(model.backbone, settings, with_completion, num_hypotheses, kernels)
 
 
 def compiled_search(
@@ -214,28 +258,35 @@ def compiled_search(
     settings: SearchSettings,
     with_completion: bool = False,
     num_hypotheses: int = 1,
+    runtime: Runtime | None = None,
 ) -> Callable[[dict], dict]:
-    """`search_step` on `model.backbone`, compiled for the backend.
+    """`search_step` on `model.backbone`, with the speed paths `runtime`
+    takes, compiled for its backend.
 
     Args:
         model: a model with a `backbone`; its variables are read at each call
             (on JAX they are passed to the compiled function).
         jit_compile: XLA on TensorFlow; on torch, `torch.compile` of each
-            step of the search (compiled at the first call of each batch
-            shape, 5-31 s each on a small CPU); ignored on JAX.
+            step of the search (`speed_paths.compiled_torch_step`); ignored on JAX.
         settings: the beam size, length penalty and output limit.
         with_completion, num_hypotheses: see `search_step`.
+        runtime: the backend the search runs on, and what the speed paths
+            are chosen from (by default this process's).
     """
-    function = search_of(model.backbone, settings, with_completion, num_hypotheses)
-    backend = keras.config.backend()
-    speed_paths.attach(model, compiled=not model.run_eagerly and (jit_compile or backend == "jax"))
-    if backend == "torch":
+    runtime = runtime or describe_runtime()
+    # TensorFlow's `tf.function` and `jax.jit` trace the search into one graph.
+    traced = runtime.backend in ("tensorflow", "jax") and not model.run_eagerly
+    function = search_with_speed_paths(
+        model,
+        settings,
+        jit_compile=jit_compile,
+        traced=traced,
+        with_completion=with_completion,
+        num_hypotheses=num_hypotheses,
+        runtime=runtime,
+    )
+    if runtime.backend == "torch":
         import torch
-
-        if jit_compile:
-            # The loop's body: the loop itself is Python on torch
-            # (`ops.while_loop`), which `torch.compile` would unroll.
-            function = partial(function, compile_body=_torch_compiled)
 
         def without_gradients(inputs):
             # The search owns its caches and token buffers: written in place (`in_place_cache_writes`).
@@ -243,19 +294,17 @@ def compiled_search(
                 return function(inputs)
 
         return without_gradients
-    if model.run_eagerly:
+    if not traced:
         return function
-    if backend == "tensorflow":
+    if runtime.backend == "tensorflow":
         import tensorflow as tf
 
         # The search is written with `ops.while_loop` and has no Python
         # control flow on tensors: AutoGraph, which would rewrite the source
         # of every function the trace enters, only slows the first call.
         return tf.function(function, jit_compile=jit_compile, autograph=False)
-    if backend == "jax":
-        stateless = jax_stateless_search(model, function)
-        return lambda inputs: stateless([v.value for v in model.variables], inputs)
-    return function
+    stateless = jax_stateless_search(model, function)
+    return lambda inputs: stateless([v.value for v in model.variables], inputs)
 
 
 def jax_stateless_search(model: keras.Model, function: Callable[[dict], dict]):
@@ -273,19 +322,3 @@ def jax_stateless_search(model: keras.Model, function: Callable[[dict], dict]):
             return function(inputs)
 
     return stateless
-
-
-def _torch_compiled(body: Callable) -> Callable:
-    """`body` through `torch.compile`, for one batch shape at a time."""
-    import torch
-
-    compiled = torch.compile(body, dynamic=False)
-
-    def run(*state):
-        with warnings.catch_warnings():
-            # Dynamo traces through `functools.lru_cache` and says so: here,
-            # Keras' dtype rules, which are pure functions.
-            warnings.filterwarnings("ignore", "Dynamo detected a call to a `functools.lru_cache`", UserWarning)
-            return compiled(*state)
-
-    return run

@@ -8,16 +8,17 @@ Both take a `step_fn(token_ids, index, cache) -> (logits, cache)` scoring the
 next token of every row given the token at `index` (`(rows, 1)`) and a cache
 it updates; beam search also takes how to reorder the cache's rows. Greedy
 search needs only the logits' order (no log-softmax); beam search normalises.
+Their kernels (`SearchKernels`) are plain `keras.ops` unless given others
+(`keras_transformer.speed_paths`).
 """
 
+import dataclasses
 from collections.abc import Callable
 
 import keras
-import numpy as np
 
 from keras_transformer.speed_paths import eager_ops as ops
 from keras_transformer.speed_paths.in_place_cache_writes import slice_update
-from keras_transformer.utils import text_libraries
 
 NEG_INF = -1e9
 
@@ -46,65 +47,24 @@ def _never_generated(scores, banned_ids):
 def first_argmax(x):
     """`argmax(x, axis=-1)` as int32 (the first index of the maximum).
 
-    A max, then a min over the indices holding it: on a CPU, XLA runs these
-    faster than its index-tracking `argmax` (`benchmarks/RESULTS.md`).
-
     Example:
     >>> import numpy as np
     >>> np.asarray(first_argmax(np.array([[0.0, 2.0, 2.0], [5.0, 1.0, 0.0]], "float32"))).tolist()
     [1, 0]
     """
-    if keras.config.backend() == "torch":  # eager: its `argmax` is one pass, and takes the first maximum
-        return ops.cast(ops.argmax(x, axis=-1), "int32")
-    vocab = ops.shape(x)[-1]
-    is_max = x == ops.max(x, axis=-1, keepdims=True)
-    return ops.min(ops.where(is_max, ops.arange(vocab, dtype="int32"), vocab), axis=-1)
+    return ops.cast(ops.argmax(x, axis=-1), "int32")
 
 
-def _chunk_length(length: int, preferred: int) -> int:
-    """The divisor of `length` closest to `preferred` (by ratio), from half to 8 times it, or
-    `preferred` if none: logits the chunks do not divide are padded, which XLA writes out as a copy.
-
-    Example:
-    >>> _chunk_length(8000, 32), _chunk_length(58101, 32), _chunk_length(8009, 32)
-    (32, 107, 32)
-    """
-    divisors = [c for c in range(preferred // 2, 8 * preferred + 1) if length % c == 0]
-    return min(divisors, key=lambda c: max(c / preferred, preferred / c), default=preferred)
-
-
-def _chunks_pay(logits) -> bool:
-    """Whether to score chunks (`best_extensions`): under XLA, where `(x - max) - log(sum(exp(x - max)))`
-    in `keras.ops` rounds as `ops.log_softmax` does and saves a pass over the vocabulary. Eagerly its
-    many small operations cost more than that pass; torch's fused kernel rounds its own way."""
-    backend = keras.config.backend()
-    if backend == "jax":
-        import jax
-
-        return isinstance(logits, jax.core.Tracer)
-    return backend == "tensorflow" and not text_libraries.tf.executing_eagerly()
-
-
-def best_extensions(logits, alive_scores, count: int, banned_ids, forced, end_token_id: int, chunk: int = 32):
+def best_extensions(logits, alive_scores, count: int, banned_ids, forced, end_token_id: int):
     """The `count` best one-token extensions of the beams of every sentence.
 
     An extension's score is its beam's score plus the token's log-softmax
     over `logits` `(batch, beams, vocab)`, or NEG_INF for the `banned_ids`
     and, in the sentences `forced` `(batch,)` to end, for every token but
     the end token. Returns `ops.top_k` of those scores flattened to
-    `(batch, beams * vocab)`: the same values, and indices that resolve
-    ties to the lowest (as `ops.top_k` does on TensorFlow and JAX;
-    `torch.topk` promises no order among ties).
-
-    Scoring all beams x vocabulary extensions and taking a top-k of them
-    would be most of a small model's search on a CPU under XLA
-    (`benchmarks/RESULTS.md`, "Why the code takes these paths"). The best
-    scores lie in the `count` chunks of about `chunk` consecutive tokens of
-    one beam whose best scores are the highest; and log-softmax and adding the beam's score keep
-    the order of a beam's logits, in floating point too (each step rounds
-    monotonically). So a chunk's best score is that of its largest logit:
-    only the chunks' maxima, each beam's log-sum-exp and the scores of the
-    chosen chunks are computed, the same values to the bit.
+    `(batch, beams * vocab)`: the values, and indices `beam * vocab + token`
+    that resolve ties to the lowest (as `ops.top_k` does on TensorFlow and
+    JAX; `torch.topk` promises no order among ties).
 
     Example:
     >>> import numpy as np
@@ -118,58 +78,33 @@ def best_extensions(logits, alive_scores, count: int, banned_ids, forced, end_to
     """
     logits, alive_scores = ops.convert_to_tensor(logits), ops.convert_to_tensor(alive_scores)
     batch, beams, vocab = ops.shape(logits)
-    banned_ids = sorted(set(banned_ids))
-    if beams * vocab <= 4 * count * chunk or not _chunks_pay(logits):
-        log_probs = _forced_end(_never_generated(ops.log_softmax(logits, axis=-1), banned_ids), forced, end_token_id)
-        return ops.top_k(ops.reshape(alive_scores[:, :, None] + log_probs, (batch, beams * vocab)), count)
-    chunk = _chunk_length(vocab, chunk)
-    per_beam = -(-vocab // chunk)
-    padding = per_beam * chunk - vocab
-    padded = ops.pad(logits, ((0, 0), (0, 0), (0, padding)), constant_values=float("-inf")) if padding else logits
-    chunks = ops.reshape(padded, (batch, beams, per_beam, chunk))
-    chunk_ids = np.arange(per_beam)
-    chunk_max = ops.max(chunks, axis=-1)
-    # A chunk holding a banned token: its best allowed logit, and NEG_INF
-    # (the banned tokens' score) as a floor of its best score.
-    banned_chunks = sorted({token // chunk for token in banned_ids})
-    for j in banned_chunks:
-        allowed = ~np.isin(np.arange(j * chunk, (j + 1) * chunk), banned_ids)
-        best_allowed = ops.max(ops.where(allowed, chunks[:, :, j, :], float("-inf")), axis=-1)
-        chunk_max = ops.where(chunk_ids == j, best_allowed[:, :, None], chunk_max)
-    # log_softmax(x) = (x - max) - log(sum(exp(x - max))) in these steps, as
-    # the backends compute it. A maximum is exact whichever way it is taken:
-    # that of the chunks' and the banned tokens' maxima needs no other pass
-    # over the logits.
-    banned_max = ops.max(ops.take(logits, banned_ids, axis=-1), axis=-1, keepdims=True)
-    row_max = ops.maximum(ops.max(chunk_max, axis=-1, keepdims=True), banned_max)
-    log_total = ops.log(ops.sum(ops.exp(logits - row_max), axis=-1, keepdims=True))
-    best = (chunk_max - row_max) - log_total
-    best = ops.where(np.isin(chunk_ids, banned_chunks), ops.maximum(best, NEG_INF), best)
-    # A sentence forced to end: its end token's score, NEG_INF elsewhere.
-    end_log_prob = (logits[:, :, end_token_id : end_token_id + 1] - row_max) - log_total
-    forced_best = ops.where(chunk_ids == end_token_id // chunk, ops.maximum(end_log_prob, NEG_INF), NEG_INF)
-    best = ops.where(forced[:, None, None], forced_best, best)
-    _, best_chunks = ops.top_k(ops.reshape(alive_scores[:, :, None] + best, (batch, beams * per_beam)), count)
-    # In index order, so that the final top-k still resolves ties to the lowest index.
-    best_chunks = ops.sort(best_chunks, axis=-1)
-    beam = best_chunks // per_beam
-    tokens = (best_chunks % per_beam)[:, :, None] * chunk + ops.arange(chunk, dtype=best_chunks.dtype)
-    all_chunks = ops.reshape(chunks, (batch, beams * per_beam, chunk))
-    candidates = ops.take_along_axis(all_chunks, best_chunks[:, :, None], axis=1)
+    log_probs = ops.log_softmax(logits, axis=-1)
+    log_probs = _forced_end(_never_generated(log_probs, sorted(set(banned_ids))), forced, end_token_id)
+    return ops.top_k(ops.reshape(alive_scores[:, :, None] + log_probs, (batch, beams * vocab)), count)
 
-    def of_beam(x):
-        return ops.take_along_axis(ops.reshape(x, (batch, beams)), beam, axis=1)[:, :, None]
 
-    log_probs = (candidates - of_beam(row_max)) - of_beam(log_total)
-    banned = forced[:, None, None] & (tokens != end_token_id)
-    for token in banned_ids:
-        banned = banned | (tokens == token)
-    scores = of_beam(alive_scores) + ops.where(banned, NEG_INF, log_probs)
-    if padding:
-        scores = ops.where(tokens < vocab, scores, float("-inf"))
-    values, position = ops.top_k(ops.reshape(scores, (batch, count * chunk)), count)
-    ids = ops.reshape(beam[:, :, None] * vocab + tokens, (batch, count * chunk))
-    return values, ops.take_along_axis(ids, position, axis=1)
+def backbone_logits(backbone) -> Callable:
+    """A search step's logits as the backbone computes them (`TransformerBackbone.logits`)."""
+    return backbone.logits
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchKernels:
+    """The parts of a search that may be computed another way, each plain by
+    default (`keras_transformer.speed_paths.search_kernels` picks faster ones).
+
+    Attributes:
+        step_logits: `backbone -> (hidden -> logits)`, called inside the
+            traced search: how its steps project onto the vocabulary.
+        argmax: greedy search's choice, as `first_argmax`.
+        best_extensions: beam search's candidates, as `best_extensions`.
+        compile_body: compiles the loop's body, one step of the search; `None`: as is.
+    """
+
+    step_logits: Callable = backbone_logits
+    argmax: Callable = first_argmax
+    best_extensions: Callable = best_extensions
+    compile_body: Callable | None = None
 
 
 def _limit_lengths(max_lengths, buffer_length: int, with_completion: bool):
@@ -204,6 +139,7 @@ def greedy_search(
     *,
     with_completion: bool = False,
     compile_body: Callable | None = None,
+    argmax: Callable = first_argmax,
 ):
     """Picks the most probable token at every step.
 
@@ -216,6 +152,8 @@ def greedy_search(
         buffer_length: static size of the output, start token included.
         start_token_id, end_token_id, pad_token_id: special token ids.
         with_completion, compile_body: see `beam_search`.
+        argmax: picks a row's token from its logits `(rows, vocab)`, the first
+            largest (`first_argmax`; `SearchKernels`).
 
     Returns:
         `(batch, buffer_length)` int32 tokens: start token, the translation, the
@@ -228,7 +166,7 @@ def greedy_search(
 
     def choose(logits, index, done):
         # The most probable token is the largest logit (no softmax needed); a forced ending is the end token.
-        token = first_argmax(_never_generated(logits, (start_token_id, pad_token_id)))
+        token = argmax(_never_generated(logits, (start_token_id, pad_token_id)))
         return ops.where(done, pad_token_id, ops.where(index >= max_lengths, end_token_id, token))
 
     done = ops.zeros((batch,), dtype="bool")
@@ -272,6 +210,7 @@ def beam_search(
     reorder_cache: Callable | None = None,
     expand_cache: Callable | None = None,
     compile_body: Callable | None = None,
+    best_extensions: Callable = best_extensions,
 ):
     """Beam search as in section 6.1: keeps `beam_size` live hypotheses and a
     pool of the `beam_size` best finished ones, scored by log P(Y) / lp(Y),
@@ -304,7 +243,9 @@ def beam_search(
             rows that all continue the start token; by default every tensor
             of the cache is repeated along its first axis.
         compile_body: compiles the loop's body, one step of the search
-            (on torch, `torch.compile`: `decoding.compiled_search`).
+            (on torch, `torch.compile`: `speed_paths.compiled_torch_step`).
+        best_extensions: the best extensions of every beam, as
+            `best_extensions` computes them (`SearchKernels`).
 
     Returns:
         `(tokens, scores)`: the best finished hypothesis of each sentence,

@@ -34,6 +34,8 @@ import keras
 from keras_transformer.generation.decoding import search_step
 from keras_transformer.generation.settings import SearchSettings
 from keras_transformer.models.transformer_preprocessor import SOURCE_SPECIAL_ROOM
+from keras_transformer.speed_paths.runtime import describe_runtime
+from keras_transformer.speed_paths.search_kernels import search_kernels
 from keras_transformer.utils.files import folder_replaced_atomically
 from keras_transformer.utils.language_tags import LANGUAGE_TAG, language_tag
 
@@ -81,10 +83,11 @@ def export_saved_model(
             or a multilingual model without a known target language.
         FileExistsError: `directory` holds files and `overwrite` is False.
     """
-    if keras.config.backend() != "tensorflow":
+    backend = describe_runtime().backend
+    if backend != "tensorflow":
         raise RuntimeError(
             f"Exporting a SavedModel needs the TensorFlow backend; Keras runs on "
-            f"{keras.config.backend()!r}. Set KERAS_BACKEND=tensorflow before Keras "
+            f"{backend!r}. Set KERAS_BACKEND=tensorflow before Keras "
             "is imported (`keras-transformer export` does so itself)."
         )
     if model.preprocessor is None:
@@ -119,6 +122,8 @@ def _export_archive(model, settings: SearchSettings, target_language: str | None
     max_source_tokens = model.max_source_tokens
     special_ids = [backbone.pad_token_id, backbone.start_token_id, backbone.end_token_id]
     tag_ids = tokenizer.language_tag_ids()
+    # A traced search, as `translate`'s (TensorFlow runs it without XLA): the same kernels.
+    kernels = search_kernels(describe_runtime(), jit_compile=False, traced=True)
 
     def pack(texts):
         """Token ids, mask and token counts; ids and mask packed as `translate` packs them."""
@@ -144,6 +149,7 @@ def _export_archive(model, settings: SearchSettings, target_language: str | None
             beam_size=beam,
             alpha=alpha_value,
             max_extra_length=settings.max_extra_length,
+            kernels=kernels,
         )
         tokens = outputs["decoder_token_ids"]
         keep = tf.reduce_all(tokens[:, :, None] != tf.constant(special_ids, "int32"), axis=-1)

@@ -11,8 +11,9 @@ class SearchMode(NamedTuple):
 
 
 class SearchCache:
-    """The compiled searches of a model, by `SearchMode`, then by
-    `(SearchSettings, with_completion)`.
+    """The searches of a model, by `SearchMode`: a
+    `generation.search_runner.SearchRunner` each, which keeps its compiled
+    functions.
 
     Not a `dict`: Keras and TensorFlow track dicts set on a model, and the
     SavedModel writer would then try to save these functions (and fail on
@@ -21,5 +22,4 @@ class SearchCache:
 
     def __init__(self, jit_compile: bool | str = "auto"):
         self.jit_compile = jit_compile  # as given to `Transformer.compile`
-        self.functions = {}
-        self.shapes = set()  # of the searches run once, which may run in parts at once
+        self.runners = {}

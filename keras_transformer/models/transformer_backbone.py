@@ -293,7 +293,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
             cross_attention_cache: `cross_attention_cache(encoder_output)`,
                 one copy per sentence, which all its beams read.
             step_logits: how to turn the decoder states into logits;
-                `logits` by default (a search's: `generation.acceleration`).
+                `logits` by default (a search's: `speed_paths.output_projection`).
 
         Returns:
             `(logits, self_attention_cache)`, logits `(rows, 1,

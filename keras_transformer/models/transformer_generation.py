@@ -2,10 +2,8 @@
 
 from functools import partial
 
-import keras
 import numpy as np
 
-from keras_transformer.generation.acceleration import rows_to_search, search_in_parts, searches_at_once
 from keras_transformer.generation.batches import (
     concatenate,
     decoder_padded_to,
@@ -17,7 +15,8 @@ from keras_transformer.generation.batches import (
     text_batch,
     token_id_batch,
 )
-from keras_transformer.generation.decoding import compiled_search, resolve_jit_compile
+from keras_transformer.generation.decoding import resolve_jit_compile
+from keras_transformer.generation.search_runner import SearchRunner
 from keras_transformer.generation.settings import SearchSettings, beam_size_of
 from keras_transformer.generation.translation import join_segments, source_segments, to_list, tokenize, translate_texts
 from keras_transformer.models.search_cache import SearchCache, SearchMode
@@ -36,15 +35,13 @@ class TransformerGeneration:
     beam search or greedy search), KerasHub's `generate_step`, and the
     compiled searches, one per search configuration."""
 
-    def _search_function(self, settings: SearchSettings, with_completion: bool = False, num_hypotheses: int = 1):
-        """The compiled search for one configuration, cached."""
-        # The n-best searches apart; the one-best keys as they always were.
-        key = (settings, with_completion) + ((num_hypotheses,) if num_hypotheses > 1 else ())
+    def _search_runner(self) -> SearchRunner:
+        """The searches of the current `SearchMode`, made at first use."""
         mode = self._search_mode()
-        functions = self._search_cache.functions.setdefault(mode, {})
-        if key not in functions:
-            functions[key] = compiled_search(self, mode.jit_compile, settings, with_completion, num_hypotheses)
-        return functions[key]
+        runners = self._search_cache.runners
+        if mode not in runners:
+            runners[mode] = SearchRunner(self, mode.jit_compile, mode.eagerly)
+        return runners[mode]
 
     def _search_mode(self) -> SearchMode:
         """How searches run now: `compile(jit_compile=...)` resolved (XLA on
@@ -57,7 +54,7 @@ class TransformerGeneration:
         """The searches compiled so far for the current `run_eagerly` and
         `jit_compile`, by `(SearchSettings, with_completion)`, and
         `(SearchSettings, with_completion, num_hypotheses)` for n-best ones."""
-        return dict(self._search_cache.functions.get(self._search_mode(), {}))
+        return dict(self._search_runner().functions)
 
     def forget_compiled_searches(self) -> None:
         """Drops the compiled searches: the next `generate` traces its search
@@ -82,7 +79,7 @@ class TransformerGeneration:
         arrays in (with a `decoder_padding_mask`, the decoder ids are a
         prompt the search continues, as `generate_preprocess` packs it),
         `{"decoder_token_ids", "decoder_padding_mask"}` out."""
-        self.generate_function = self._search_function(self.default_search)
+        self.generate_function = self._search_runner().function(self.default_search)
         return self.generate_function
 
     def generate_step(self, inputs: dict, stop_token_ids=None) -> dict:
@@ -250,28 +247,15 @@ class TransformerGeneration:
         num_hypotheses: int = 1,
     ) -> dict:
         """One search of a batch with an output buffer of `buffer_length`."""
-        batch = token_ids["encoder_token_ids"].shape[0]
-        mode = self._search_mode()
-        # Eager operators, like torch's, neither gain from XLA's extra row nor run without Python's lock.
-        under_xla = keras.config.backend() != "torch" and mode.jit_compile and not mode.eagerly
-        greedy = settings.beam_size is None
-        rows = rows_to_search(batch, greedy=greedy, under_xla=under_xla)
-        parts = searches_at_once(rows, self.backbone.count_params(), greedy=greedy, under_xla=under_xla)
-        rows = -(-rows // parts) * parts  # equal parts: one compiled shape
-        if rows > batch:  # copies of the last sentence, whose outputs are dropped below
-            token_ids = {
-                key: np.concatenate([value, value[-1:].repeat(rows - batch, 0)]) for key, value in token_ids.items()
-            }
-        inputs = {**token_ids, "decoder_token_ids": np.zeros((rows, buffer_length), "int32")}
+        inputs = {
+            **token_ids,
+            "decoder_token_ids": np.zeros((len(token_ids["encoder_token_ids"]), buffer_length), "int32"),
+        }
         if "decoder_padding_mask" in token_ids:  # a target prefix, which the search continues
             # A buffer narrower than the padded prompt leaves out only padding (generate checks it).
             prompt = {key: token_ids[key][:, :buffer_length] for key in ("decoder_token_ids", "decoder_padding_mask")}
             inputs.update(decoder_padded_to(prompt, buffer_length, self.backbone.pad_token_id))
-        function = self._search_function(settings, with_completion, num_hypotheses)
-        shape = (mode, settings, with_completion, num_hypotheses, parts, *(value.shape for value in inputs.values()))
-        outputs = search_in_parts(function, inputs, parts, at_once=shape in self._search_cache.shapes)
-        self._search_cache.shapes.add(shape)
-        return {k: v[:batch] for k, v in outputs.items()}
+        return self._search_runner().run(inputs, settings, with_completion, num_hypotheses)
 
     def compile_searches(self, token_ids: dict, search: SearchSettings | None = None, num_hypotheses: int = 1) -> None:
         """Compiles, by running them once, the searches `generate(token_ids,

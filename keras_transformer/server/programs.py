@@ -29,8 +29,14 @@ from collections.abc import Callable
 import keras
 import numpy as np
 
-from keras_transformer.generation.decoding import compiled_search, jax_stateless_search, resolve_jit_compile, search_of
+from keras_transformer.generation.decoding import (
+    compiled_search,
+    jax_stateless_search,
+    resolve_jit_compile,
+    search_with_speed_paths,
+)
 from keras_transformer.generation.settings import SearchSettings
+from keras_transformer.speed_paths.runtime import describe_runtime
 
 
 class SearchPrograms:
@@ -53,8 +59,10 @@ class SearchPrograms:
         # shape already compiled runs without it, so no request waits for the
         # compilation of another shape.
         self._lock = threading.Lock()
-        if keras.config.backend() == "jax":
-            self._stateless = jax_stateless_search(model, search_of(model.backbone, search))
+        self._ahead_of_time = describe_runtime().backend == "jax"
+        if self._ahead_of_time:
+            function = search_with_speed_paths(model, search, jit_compile=True, traced=True)
+            self._stateless = jax_stateless_search(model, function)
 
     def compiled(self, width: int) -> list[int]:
         """The batch sizes compiled for sources of `width` positions, smallest first."""
@@ -72,7 +80,7 @@ class SearchPrograms:
         """The compiled search of one batch shape."""
         token_ids = np.ones((size, width), "int32")
         inputs = self._inputs({"encoder_token_ids": token_ids, "encoder_padding_mask": token_ids.astype(bool)})
-        if keras.config.backend() == "jax":
+        if self._ahead_of_time:
             return _shared_executable(
                 self._signature(size, width), lambda: self._stateless.lower(self._values(), inputs)
             )
@@ -92,7 +100,7 @@ class SearchPrograms:
         size, width = token_ids["encoder_token_ids"].shape
         self.compile(size, width)
         program, inputs = self._programs[(size, width)], self._inputs(token_ids)
-        outputs = program(self._values(), inputs) if keras.config.backend() == "jax" else program(inputs)
+        outputs = program(self._values(), inputs) if self._ahead_of_time else program(inputs)
         return {name: keras.ops.convert_to_numpy(value) for name, value in outputs.items()}
 
     def _inputs(self, token_ids: dict) -> dict:

@@ -51,7 +51,7 @@ _ENGINES = ("x86", "fbgemm")
 # to -63..63), and the inputs keep Keras' resolution (255 * 63 * 2 < 32,767),
 # which came nearer float32's BLEU (`benchmarks/real_text.py` measures it).
 _WEIGHT_LEVELS = 63
-# The packed weights, by int8 weight (`utils.derived_tensors`).
+# The packed weights, by int8 weight (`speed_paths.derived_tensors`).
 _PACKED: dict[int, tuple] = {}
 
 
