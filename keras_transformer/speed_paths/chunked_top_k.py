@@ -23,8 +23,8 @@ Example:
 import numpy as np
 
 from keras_transformer.generation import search
-from keras_transformer.speed_paths.registry import SpeedPath, register
 from keras_transformer.speed_paths import eager_ops as ops
+from keras_transformer.speed_paths.registry import SpeedPath, register
 
 PATH = register(
     SpeedPath(

@@ -9,8 +9,8 @@ Example:
 [1, 0]
 """
 
-from keras_transformer.speed_paths.registry import SpeedPath, register
 from keras_transformer.speed_paths import eager_ops as ops
+from keras_transformer.speed_paths.registry import SpeedPath, register
 
 PATH = register(
     SpeedPath(

@@ -29,9 +29,9 @@ import keras
 from keras import ops
 
 from keras_transformer.speed_paths import bfloat16_products as products
+from keras_transformer.speed_paths.derived_tensors import derived
 from keras_transformer.speed_paths.registry import SpeedPath, register
 from keras_transformer.speed_paths.runtime import Runtime
-from keras_transformer.speed_paths.derived_tensors import derived
 
 # Beam search of a batch: from this many rows and vocabulary entries, the
 # projection is computed in `VOCABULARY_PARTS` independent products.
