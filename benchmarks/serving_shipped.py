@@ -32,6 +32,8 @@ from benchmarks.serving_server import resident_bytes
 SHIPPED_KINDS = ("libretranslate", "serve")
 TINY_PRESET = "multi30k_en_de"
 BACKENDS = ("tensorflow", "jax", "torch")
+# `serve --engine ctranslate2` (its model converted once into a cache), named as a backend.
+ENGINES = ("ctranslate2",)
 PRECISIONS = ("float32", "bfloat16", "int8")
 SOURCE, TARGET = "en", "de"
 # The language pairs of further copies of the model (`--models N`): distinct
@@ -53,9 +55,9 @@ def parse_shipped(name: str) -> dict | None:
     if not name.startswith("serve-"):
         return None
     parts = name.split("-")
-    if len(parts) != 3 or parts[1] not in BACKENDS or parts[2] not in PRECISIONS:
+    if len(parts) != 3 or parts[1] not in BACKENDS + ENGINES or parts[2] not in PRECISIONS:
         raise ValueError(
-            f"{name!r} is not serve-BACKEND-PRECISION with BACKEND in {BACKENDS}, PRECISION in {PRECISIONS}."
+            f"{name!r} is not serve-BACKEND-PRECISION with BACKEND in {BACKENDS + ENGINES}, PRECISION in {PRECISIONS}."
         )
     return {"name": name, "kind": "serve", "backend": parts[1], "precision": parts[2]}
 
@@ -91,7 +93,8 @@ def serve_command(spec: dict, preset: str, port: int, models: int, beam_size: in
         raise ValueError(f"at most {1 + len(COPY_PAIRS)} copies of the model; got {models}.")
     pairs = [(SOURCE, TARGET), *COPY_PAIRS[: models - 1]]
     command = [sys.executable, "-m", "keras_transformer.cli", "serve", *(f"{preset}={s}:{t}" for s, t in pairs)]
-    command += ["--port", str(port), "--backend", spec["backend"], "--precision", spec["precision"]]
+    command += ["--port", str(port), "--precision", spec["precision"]]
+    command += ["--engine", spec["backend"]] if spec["backend"] in ENGINES else ["--backend", spec["backend"]]
     return command + (["--greedy"] if beam_size == 1 else ["--beam-size", str(beam_size)]) + shlex.split(more)
 
 
@@ -110,7 +113,8 @@ class ShippedServer:
             command = serve_command(
                 spec, spec["preset"], self.port, models, spec["beam_size"], spec.get("serve_args", "")
             )
-            env = {**env, "KERAS_BACKEND": spec["backend"]}
+            if spec["backend"] not in ENGINES:
+                env = {**env, "KERAS_BACKEND": spec["backend"]}
         pin = ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
         self.rss_before_model = None
         self.started = time.monotonic()

@@ -77,3 +77,31 @@ def test_models_of_the_same_dimensions_share_one_program_on_jax(trained_model, t
     for engine in engines:  # each with its own weights
         rows = [segment.token_ids for segment in engine.segments(SOURCES[:1])]
         assert engine.translate_rows(rows) == engine.model.translate(SOURCES[:1], search=GREEDY)
+
+
+def test_a_compiled_shape_runs_while_another_shape_compiles(trained_model, monkeypatch):
+    programs = SearchPrograms(trained_model, GREEDY)
+    programs.compile(1, 16)
+    compiling, release = threading.Event(), threading.Event()
+    make_program = SearchPrograms._program
+
+    def slow_program(self, size, width):
+        compiling.set()
+        release.wait(60)
+        return make_program(self, size, width)
+
+    monkeypatch.setattr(SearchPrograms, "_program", slow_program)
+    later = threading.Thread(target=programs.compile, args=(4, 16))
+    later.start()
+    try:
+        assert compiling.wait(60)
+        token_ids = trained_model.preprocessor.pack_sources([[5, 6, 7]], 16)
+        answered = []
+        runner = threading.Thread(target=lambda: answered.append(programs.run(token_ids)))
+        runner.start()
+        runner.join(60)
+        assert answered, "a batch of a compiled shape waited for another shape's compilation"
+    finally:
+        release.set()
+        later.join()
+    assert programs.compiled(16) == [1, 4]

@@ -49,11 +49,12 @@ class SearchPrograms:
         self.search = search
         self.buffer_length = buffer_length or (lambda width: width + search.max_extra_length)
         self._programs: dict[tuple[int, int], object] = {}
-        self._lock = threading.Lock()  # one compilation at a time: warm-up and a first request may meet
+        # One compilation at a time (warm-up and a first request may meet); a
+        # shape already compiled runs without it, so no request waits for the
+        # compilation of another shape.
+        self._lock = threading.Lock()
         if keras.config.backend() == "jax":
             self._stateless = jax_stateless_search(model, search_of(model.backbone, search))
-        else:
-            self._function = compiled_search(model, resolve_jit_compile(), search)
 
     def compiled(self, width: int) -> list[int]:
         """The batch sizes compiled for sources of `width` positions, smallest first."""
@@ -61,19 +62,25 @@ class SearchPrograms:
 
     def compile(self, size: int, width: int) -> None:
         """Compiles the search of batches of `size` sources of `width` positions (once)."""
+        if (size, width) in self._programs:
+            return
         with self._lock:
-            if (size, width) in self._programs:
-                return
-            token_ids = np.ones((size, width), "int32")
-            inputs = self._inputs({"encoder_token_ids": token_ids, "encoder_padding_mask": token_ids.astype(bool)})
-            if keras.config.backend() == "jax":
-                program = _shared_executable(
-                    self._signature(size, width), lambda: self._stateless.lower(self._values(), inputs)
-                )
-            else:
-                program = self._function
-                program(inputs)  # TensorFlow compiles a shape at its first call
-            self._programs[(size, width)] = program
+            if (size, width) not in self._programs:
+                self._programs[(size, width)] = self._program(size, width)
+
+    def _program(self, size: int, width: int):
+        """The compiled search of one batch shape."""
+        token_ids = np.ones((size, width), "int32")
+        inputs = self._inputs({"encoder_token_ids": token_ids, "encoder_padding_mask": token_ids.astype(bool)})
+        if keras.config.backend() == "jax":
+            return _shared_executable(
+                self._signature(size, width), lambda: self._stateless.lower(self._values(), inputs)
+            )
+        # A function of its own per shape: a `tf.function` traces under a lock
+        # that its calls of other shapes would wait for.
+        program = compiled_search(self.model, resolve_jit_compile(), self.search)
+        program(inputs)  # TensorFlow compiles a shape at its first call
+        return program
 
     def run(self, token_ids: dict) -> dict:
         """Searches one batch of `{"encoder_token_ids", "encoder_padding_mask"}`;
