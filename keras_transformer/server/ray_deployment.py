@@ -184,7 +184,8 @@ def replica_actor_options(ray_actor_options: dict | None, backend: str = "jax") 
     Keras starts (`cli.startup.prepare`), as environment variables of each
     replica's new process: `backend` as `KERAS_BACKEND`, and the on-disk
     compilation caches (`compile_cache_variables`, their folders as this
-    process finds them: on a cluster, a path every node can write). The
+    process finds them: on a cluster, a path every node can write), which
+    keep every program the replica compiles. The
     runtime_env's own `env_vars` come first, e.g. `replica_actor_options({"num_cpus": 1})` is
     `{"num_cpus": 1, "runtime_env": {"env_vars": {"KERAS_BACKEND": "jax", "JAX_COMPILATION_CACHE_DIR": ...}}}`.
     """
@@ -192,7 +193,15 @@ def replica_actor_options(ray_actor_options: dict | None, backend: str = "jax") 
         raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}.")
     options = dict(ray_actor_options or {})
     runtime_env = dict(options.get("runtime_env") or {})
-    env_vars = {"KERAS_BACKEND": backend, **compile_cache_variables(), **runtime_env.get("env_vars", {})}
+    env_vars = {
+        "KERAS_BACKEND": backend,
+        # Every program kept, not only those that took a second to compile: a
+        # replica compiles a fixed set, and the small ones (the weights'
+        # initializers, run as a model loads) are a second of its start.
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        **compile_cache_variables(),
+        **runtime_env.get("env_vars", {}),
+    }
     options["runtime_env"] = {**runtime_env, "env_vars": env_vars}
     return options
 
