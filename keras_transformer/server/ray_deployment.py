@@ -183,11 +183,12 @@ def replica_actor_options(ray_actor_options: dict | None, backend: str = "jax") 
     """`ray_actor_options` with what `keras-transformer serve` sets up before
     Keras starts (`cli.startup.prepare`), as environment variables of each
     replica's new process: `backend` as `KERAS_BACKEND`, and the on-disk
-    compilation caches (`compile_cache_variables`, their folders as this
-    process finds them: on a cluster, a path every node can write), which
-    keep every program the replica compiles. The
-    runtime_env's own `env_vars` come first, e.g. `replica_actor_options({"num_cpus": 1})` is
-    `{"num_cpus": 1, "runtime_env": {"env_vars": {"KERAS_BACKEND": "jax", "JAX_COMPILATION_CACHE_DIR": ...}}}`.
+    compilation caches (`compile_cache_variables`: the folders this process
+    finds, so on a cluster a path every node can write), keeping every
+    program the replica compiles. The runtime_env's own `env_vars` come first.
+
+    E.g. `replica_actor_options({"num_cpus": 1})` is `{"num_cpus": 1,
+    "runtime_env": {"env_vars": {"KERAS_BACKEND": "jax", "JAX_COMPILATION_CACHE_DIR": ..., ...}}}`.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}.")
