@@ -188,10 +188,6 @@ def test_a_killed_replica_is_replaced_and_only_its_requests_fail(cluster, expect
             for client in clients:
                 client.result()
 
-    replaced_after = min(answer.at for answer in answers if answer.replica not in before | {None}) - killed_at
-    assert replaced_after <= REPLACED_WITHIN_S, (
-        f"the replacement answered {replaced_after:.1f} s after the kill; the target is {REPLACED_WITHIN_S:.1f} s"
-    )
     failed = [answer for answer in answers if answer.status != 200]
     assert failed, "no request was in flight on the killed replica"
     assert all(answer.status in range(500, 600) for answer in failed), failed
@@ -203,6 +199,11 @@ def test_a_killed_replica_is_replaced_and_only_its_requests_fail(cluster, expect
         for answer in failed:
             retried = _translate(client, url, answer.sentence)
             assert (retried.status, retried.text) == (200, expected[answer.sentence]), retried
+    # Last, so that a slow machine shows that all else held.
+    replaced_after = min(answer.at for answer in answers if answer.replica not in before | {None}) - killed_at
+    assert replaced_after <= REPLACED_WITHIN_S, (
+        f"the replacement answered {replaced_after:.1f} s after the kill; the target is {REPLACED_WITHIN_S:.1f} s"
+    )
 
 
 def _within(seconds: float, condition) -> bool:
