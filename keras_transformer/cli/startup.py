@@ -197,16 +197,25 @@ def compile_cache_root() -> Path | None:
 
 def use_compile_cache() -> None:
     """Points TensorFlow's and JAX's persistent compilation caches at
-    `compile_cache_root()`, unless the user configured them already. Both
-    read these variables when they start, so this runs before they import.
+    `compile_cache_root()` (`compile_cache_variables`). Both read these
+    variables when they start, so this runs before they import."""
+    os.environ.update(compile_cache_variables())
+
+
+def compile_cache_variables() -> dict[str, str]:
+    """The environment variables that point TensorFlow's and JAX's persistent
+    compilation caches at `compile_cache_root()`, their folders created;
+    none that the user configured already, nor where a folder cannot be
+    created. The Ray deployment gives them to each replica's process.
 
     A folder per library version: a program compiled by one XLA is never
     loaded by another. (JAX's cache keys include its version; TensorFlow's
     are a fingerprint of the program only.)
     """
     root = compile_cache_root()
+    variables = {}
     if root is None:
-        return
+        return variables
     for library, variable, flag in (
         ("tensorflow", "TF_XLA_FLAGS", "--tf_xla_persistent_cache_directory"),
         ("jaxlib", "JAX_COMPILATION_CACHE_DIR", None),
@@ -221,12 +230,14 @@ def use_compile_cache() -> None:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError:
-            return  # an unwritable home: run without the cache
-        os.environ[variable] = f"{current} {flag}={folder}".strip() if flag else str(folder)
+            return variables  # an unwritable home: run without the cache
+        variables[variable] = f"{current} {flag}={folder}".strip() if flag else str(folder)
     # JAX caches only programs that took a second to compile; the weights'
     # initializers and a server's small batch shapes take less, and a model
     # loading compiled its initializers again at every start.
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    if "JAX_COMPILATION_CACHE_DIR" in variables and "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+        variables["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    return variables
 
 
 def unreadable_compile_cache(error: BaseException) -> Path | None:
