@@ -77,15 +77,12 @@ def test_every_search_path_is_registered_and_switched_off_by_name():
 
 @pytest.fixture
 def paths_off_by_variable(monkeypatch):
-    """Sets the environment variable's names for this process's runtime, read anew."""
+    """Sets the environment variable's names, which `describe_runtime` reads at each call."""
 
     def switch_off(names: str) -> None:
         monkeypatch.setenv(OFF_VARIABLE, names)
-        describe_runtime.cache_clear()
 
-    yield switch_off
-    monkeypatch.delenv(OFF_VARIABLE, raising=False)
-    describe_runtime.cache_clear()
+    return switch_off
 
 
 def test_the_environment_variable_switches_paths_off(paths_off_by_variable):
