@@ -24,12 +24,29 @@ LAYERS = [
         "training.evaluation",
     ],
     ["layers", "layers.*"],
-    ["speed_paths", "speed_paths.*"],  # attached to the layers where a search or a training step is built
+    # The layers' speed paths, attached where a search or a training step is built.
+    [
+        "speed_paths",
+        "speed_paths.attachment",
+        "speed_paths.bfloat16_products",
+        "speed_paths.derived_tensors",
+        "speed_paths.direct_calls",
+        "speed_paths.eager_ops",
+        "speed_paths.einsum_equations",
+        "speed_paths.in_place_cache_writes",
+        "speed_paths.registry",
+        "speed_paths.runtime",
+        "speed_paths.tensorflow_eager_ops",
+        "speed_paths.threefry_dropout",
+        "speed_paths.torch_eager_ops",
+        "speed_paths.torch_int8",
+        "speed_paths.torch_linear",
+    ],
     ["training.recipe"],  # its dropout is the layers' default
     ["generation.search"],
     ["models", "models.transformer_backbone"],
-    # The faster ways to run the layers and the search, attached where a search is built.
-    ["speed_paths", "speed_paths.*"],
+    # The search's speed paths, chosen where a search is built.
+    ["speed_paths.*"],
     ["models.transformer_tokenizer", "models.transformer_preprocessor", "presets", "presets.catalog"],
     ["generation.decoding", "generation.search_runner", "generation.translation", "generation.batches"],
     ["presets.integrity", "presets.model_card"],
