@@ -43,6 +43,8 @@ def layers_sum_in_float32(runtime: Runtime | None = None) -> bool:
     """Whether the code calling this now is traced for XLA (`jax.jit`,
     TensorFlow's `jit_compile=True`) where this path applies: there a
     search's own products sum bfloat16 in float32, as its attached layers do."""
+    if keras.config.backend() == "torch":  # no XLA; and a `torch.compile`d step need not trace the description
+        return False
     runtime = runtime or describe_runtime()
     traced = runtime.backend == "jax" or (
         runtime.backend == "tensorflow" and library_internals.tensorflow_compiles_with_xla()

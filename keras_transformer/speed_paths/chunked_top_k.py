@@ -39,7 +39,7 @@ def best_extensions_in_chunks(logits, alive_scores, count: int, banned_ids, forc
     """`generation.search.best_extensions`, the same values and indices, from
     chunks of about `chunk` tokens; a vocabulary too small for chunks to pay
     takes the plain way."""
-    logits, alive_scores = ops.convert_to_tensor(logits), ops.convert_to_tensor(alive_scores)
+    logits, alive_scores, forced = (ops.convert_to_tensor(x) for x in (logits, alive_scores, forced))
     batch, beams, vocab = ops.shape(logits)
     if beams * vocab <= 4 * count * chunk:
         return search.best_extensions(logits, alive_scores, count, banned_ids, forced, end_token_id)
