@@ -37,7 +37,7 @@ def empty_keys_values(sentences: int, length: int, num_heads: int, head_dim: int
 # beams, length)`: for each position it has decoded, which beam's slot holds
 # it (-1 where nothing is decoded yet). When beam search keeps a hypothesis
 # grown from another beam, only that small table is reordered, not every
-# layer's keys and values (`benchmarks/RESULTS.md`, "cache reorder"). The
+# layer's keys and values. The
 # attention reads all the slots of its sentence and masks those that are not
 # in the hypothesis' history, which also lets the beams of a sentence read
 # its cache once, as query positions (as the cross-attention does).

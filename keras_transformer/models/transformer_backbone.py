@@ -293,7 +293,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
             cross_attention_cache: `cross_attention_cache(encoder_output)`,
                 one copy per sentence, which all its beams read.
             step_logits: how to turn the decoder states into logits;
-                `logits` by default (a search's: `speed_paths.output_projection`).
+                `logits` by default (a search may pass a faster way to the same logits).
 
         Returns:
             `(logits, self_attention_cache)`, logits `(rows, 1,
