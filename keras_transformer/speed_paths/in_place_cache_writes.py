@@ -24,14 +24,13 @@ from keras_transformer.speed_paths.registry import SpeedPath, register
 
 def slice_update(inputs, start_indices, updates):
     """`ops.slice_update(inputs, start_indices, updates)`, the same values;
-        on torch in place under `torch.inference_mode`, an `index_copy` under
-        `torch.compile`; elsewhere `eager_ops.slice_update`.
+    on torch in place under `torch.inference_mode`, an `index_copy` under
+    `torch.compile`; elsewhere `eager_ops.slice_update`.
 
-        Example:
-        >>> import keras
-    from keras import ops
-        >>> ops.convert_to_numpy(slice_update(ops.zeros((1, 4)), (0, 2), ops.ones((1, 1)))).tolist()
-        [[0.0, 0.0, 1.0, 0.0]]
+    Example:
+    >>> from keras import ops
+    >>> ops.convert_to_numpy(slice_update(ops.zeros((1, 4)), (0, 2), ops.ones((1, 1)))).tolist()
+    [[0.0, 0.0, 1.0, 0.0]]
     """
     torch = _torch_of(inputs)
     if torch is not None and torch.compiler.is_compiling():
