@@ -59,6 +59,7 @@ LAYERS = [
         "training.schedule",
         "training.callbacks",
         "training.checkpoints",
+        "training.train_step",
     ],
     ["models.search_cache", "models.transformer_fitting", "models.transformer_generation", "models.transformer"],
     # Registered with KerasHub's loaders: the task class reaches it through them.
@@ -187,3 +188,47 @@ def test_no_module_is_over_the_line_limit():
     lengths = {module: len(path.read_text(encoding="utf-8").splitlines()) for module, path in modules()}
     long = [f"keras_transformer.{module}: {n} lines" for module, n in lengths.items() if n > MAX_MODULE_LINES]
     assert not long, f"modules over {MAX_MODULE_LINES} lines; split them:\n" + "\n".join(long)
+
+
+# The paper's layers and the task model are plain Keras (issue 55): the speed
+# paths attach to them from outside, where a search or a training step is built.
+PLAIN_MODULES = ["layers", "layers.*", "models.transformer", "models.transformer_*"]
+MAX_FILES_CHECKING_THE_BACKEND = 6  # outside `cli/`
+
+
+def _checks_the_backend(path: Path) -> bool:
+    return any(
+        isinstance(node, ast.Attribute)
+        and node.attr == "backend"
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "config"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    )
+
+
+def _names(path: Path) -> set[str]:
+    return {
+        node.id if isinstance(node, ast.Name) else node.attr
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.Name, ast.Attribute))
+    }
+
+
+def test_the_papers_layers_and_the_task_model_are_plain_keras():
+    found = []
+    for module, path in modules():
+        if not any(fnmatch.fnmatchcase(module, pattern) for pattern in PLAIN_MODULES):
+            continue
+        speed = sorted(name for name in imported_modules(path) if name.split(".")[0] == "speed_paths")
+        if speed:
+            found.append(f"keras_transformer.{module} imports {speed}")
+        if _checks_the_backend(path):
+            found.append(f"keras_transformer.{module} checks the backend")
+        if "ContextVar" in _names(path):
+            found.append(f"keras_transformer.{module} uses a ContextVar")
+    assert not found, "\n".join(found)
+
+
+def test_few_files_outside_the_command_line_check_the_backend():
+    checking = [module for module, path in modules() if module.split(".")[0] != "cli" and _checks_the_backend(path)]
+    assert len(checking) <= MAX_FILES_CHECKING_THE_BACKEND, checking

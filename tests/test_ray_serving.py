@@ -6,9 +6,12 @@ Ray runs on loopback only: with its single-machine mode
 process binds and advertises 127.0.0.1, and Serve's proxy listens on
 127.0.0.1. So `ray` is imported in the fixture, after that is set.
 
-The replicas skip warm-up: each compiles its two batch shapes (one source
-width, batches of 1 and 2) on its first requests, which keeps the start of
-the replicas, and of the one replacing the killed replica, short.
+The replicas run as `keras-transformer serve` does, whatever backend the
+tests run on: on JAX, warmed up before they take requests, with a
+compilation cache on disk (a folder of the tests' own). The first two fill
+it; the replica replacing the killed one finds it warm, and must answer
+within issue 54's target for a restart with warm caches, plus what Ray
+itself adds and a margin for a shared machine (`REPLACED_WITHIN_S`).
 """
 
 import asyncio
@@ -18,6 +21,7 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from types import SimpleNamespace
 from typing import NamedTuple
 
@@ -27,7 +31,15 @@ httpx = pytest.importorskip("httpx")
 
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.generation.settings import SearchSettings  # noqa: E402
-from keras_transformer.server.ray_deployment import REPLICA_HEADER, _ReplicaMiddleware, deployment, run  # noqa: E402
+from keras_transformer.server.ray_deployment import (  # noqa: E402
+    HEALTH_CHECK_PERIOD_S,
+    REPLICA_HEADER,
+    BuilderArgs,
+    _ReplicaMiddleware,
+    deployment,
+    replica_actor_options,
+    run,
+)
 
 needs_ray = pytest.mark.skipif(
     importlib.util.find_spec("ray") is None, reason="the Ray Serve deployment needs the ray extra: pip install '.[ray]'"
@@ -44,6 +56,23 @@ SENTENCES = [
 APP = "translation"
 TIMEOUT_S = 120  # each request's: an answer or an error, never a hang
 CLIENTS = 6
+# After the kill each client waits this long between requests: the replacement
+# starts on the two cores that the clients, Serve's proxy and the surviving
+# replica share, where on a cluster it would have a node of its own.
+PACE_AFTER_KILL_S = 0.25
+# Issue 54's target: with warm caches, a restarted server is ready in at most 10 s (one model).
+READY_TARGET_S = 10
+# What Ray adds to the replica's own start, measured step by step on these 2
+# cores (shared with other work): Serve finds the dead replica at its next
+# health check (within 1.1 periods), Ray starts a worker process that imports
+# Ray (1.7 s), Serve sets its replica up (1.7 s), marks the ready replica
+# running and routes a request to it (1.2 s).
+RAY_OVERHEAD_S = 1.1 * HEALTH_CHECK_PERIOD_S + 5
+# A test bounds the replacement; the speed itself is a benchmark's to measure.
+# Under a load of 7-15 on these 2 cores the replacement answered 18.5-22.8 s
+# after the kill: the margin keeps a busy CI machine from failing the test.
+SHARED_MACHINE_MARGIN_S = 15
+REPLACED_WITHIN_S = READY_TARGET_S + RAY_OVERHEAD_S + SHARED_MACHINE_MARGIN_S
 
 
 def _free_port() -> int:
@@ -53,15 +82,20 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory):
     """`(ray, serve, url)`: two replicas of `multi30k_en_de` (greedy) on a
-    two-CPU local Ray, shut down after the tests."""
+    local Ray of three CPUs, shut down after the tests."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # one machine, on 127.0.0.1
         patch.setenv("RAY_USAGE_STATS_ENABLED", "0")  # nothing leaves the machine
+        # The replicas' compilation cache (`deployment` reads where): empty, the first replicas fill it.
+        patch.setenv("KERAS_TRANSFORMER_COMPILE_CACHE", str(tmp_path_factory.mktemp("compiled")))
+        patch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
         ray = pytest.importorskip("ray")
         serve = pytest.importorskip("ray.serve", reason="the deployment needs Ray Serve: pip install '.[ray]'")
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # A CPU more than the replicas take: the replacement is scheduled as soon as
+        # Ray has seen the killed replica's CPU free, whatever else Ray starts.
+        ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
         try:
             assert ray.util.get_node_ip_address() == "127.0.0.1"
             port = _free_port()
@@ -69,7 +103,7 @@ def cluster():
                 ["multi30k_en_de"],
                 search=SearchSettings(beam_size=None),
                 engine_options={"max_batch_size": 2, "max_source_bucket": 16},
-                warm_up=False,
+                backend="jax",  # the server's default, whatever the tests' backend
                 num_replicas=2,
                 max_ongoing_requests=4,
                 ray_actor_options={"num_cpus": 1},
@@ -93,15 +127,16 @@ class Answer(NamedTuple):
     status: int | str  # "timeout" where no answer came in time
     replica: str | None
     text: str | None
+    at: float  # `time.monotonic()` when it came
 
 
 def _translate(client: httpx.Client, url: str, sentence: str) -> Answer:
     try:
         response = client.post(f"{url}/translate", json={"q": sentence, "source": "en", "target": "de"})
     except httpx.TimeoutException:
-        return Answer(sentence, "timeout", None, None)
+        return Answer(sentence, "timeout", None, None, time.monotonic())
     text = response.json().get("translatedText") if response.status_code == 200 else None
-    return Answer(sentence, response.status_code, response.headers.get(REPLICA_HEADER), text)
+    return Answer(sentence, response.status_code, response.headers.get(REPLICA_HEADER), text, time.monotonic())
 
 
 def _replica_actor(ray, replica: str):
@@ -128,15 +163,17 @@ def test_both_replicas_answer_as_translate_does(cluster, expected):
 
 @pytest.mark.slow
 @needs_ray
-def test_a_killed_replica_is_replaced_and_only_its_requests_fail(cluster, expected):
+def test_a_killed_replica_is_replaced_and_only_its_requests_fail_retriably(cluster, expected):
     ray, serve, url = cluster
-    answers, stop = [], threading.Event()
+    answers, stop, killed = [], threading.Event(), threading.Event()
 
     def load(client_index: int) -> None:
         with httpx.Client(timeout=TIMEOUT_S) as client:
             for count in itertools.count():
                 if stop.is_set():
                     return
+                if killed.is_set():
+                    time.sleep(PACE_AFTER_KILL_S)
                 answers.append(_translate(client, url, SENTENCES[(client_index + count) % len(SENTENCES)]))
 
     def replicas() -> set:
@@ -148,15 +185,18 @@ def test_a_killed_replica_is_replaced_and_only_its_requests_fail(cluster, expect
             assert _within(120, lambda: len(replicas()) == 2), "the two replicas did not both answer"
             before = replicas()
             ray.kill(_replica_actor(ray, next(iter(before))))
+            killed_at = time.monotonic()
+            killed.set()
             # Ray starts a new replica (a new id) while the other answers everything.
-            assert _within(150, lambda: replicas() - before), "no replacement replica answered"
+            assert _within(REPLACED_WITHIN_S + 60, lambda: replicas() - before), "no replacement replica answered"
         finally:
             stop.set()
             for client in clients:
                 client.result()
 
+    # Ray Serve sends a request again to another replica where the killed one
+    # had not yet taken it, so how many fail depends on the moment of the kill.
     failed = [answer for answer in answers if answer.status != 200]
-    assert failed, "no request was in flight on the killed replica"
     assert all(answer.status in range(500, 600) for answer in failed), failed
     assert [answer for answer in answers if answer.status == 200 and answer.text != expected[answer.sentence]] == []
     [translation] = serve.status().applications[APP].deployments.values()
@@ -166,6 +206,12 @@ def test_a_killed_replica_is_replaced_and_only_its_requests_fail(cluster, expect
         for answer in failed:
             retried = _translate(client, url, answer.sentence)
             assert (retried.status, retried.text) == (200, expected[answer.sentence]), retried
+    # Last, so that a slow machine shows that all else held.
+    replaced_after = min(answer.at for answer in answers if answer.replica not in before | {None}) - killed_at
+    print(f"replaced {replaced_after:.1f} s after the kill; {len(failed)} of {len(answers)} requests failed")
+    assert replaced_after <= REPLACED_WITHIN_S, (
+        f"the replacement answered {replaced_after:.1f} s after the kill; the target is {REPLACED_WITHIN_S:.1f} s"
+    )
 
 
 def _within(seconds: float, condition) -> bool:
@@ -236,3 +282,26 @@ def test_a_replica_names_itself_in_each_answer():
     asyncio.run(_ReplicaMiddleware(app, service, "r1")({"type": "http"}, None, send))
     assert sent[0]["headers"] == [(b"content-type", b"text/plain"), (REPLICA_HEADER.encode(), b"r1")]
     assert sent[1] == {"type": "http.response.body", "body": b"ok"}
+
+
+# What each replica's process is given before Keras starts.
+
+
+def test_each_replica_runs_on_jax_with_the_compile_cache_unless_told_otherwise(monkeypatch, tmp_path):
+    monkeypatch.setenv("KERAS_TRANSFORMER_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    variables = replica_actor_options({"num_cpus": 1})["runtime_env"]["env_vars"]
+    assert variables["KERAS_BACKEND"] == "jax"
+    if importlib.util.find_spec("jaxlib") is not None:
+        folder = Path(variables["JAX_COMPILATION_CACHE_DIR"])
+        assert folder.parent == tmp_path and folder.is_dir()
+
+    own = {"num_cpus": 1, "runtime_env": {"env_vars": {"KERAS_BACKEND": "torch", "A": "1"}, "pip": ["x"]}}
+    options = replica_actor_options(own, backend="tensorflow")
+    assert options["num_cpus"] == 1 and options["runtime_env"]["pip"] == ["x"]
+    assert options["runtime_env"]["env_vars"]["KERAS_BACKEND"] == "torch"  # the runtime_env's own comes first
+    assert options["runtime_env"]["env_vars"]["A"] == "1"
+    assert own["runtime_env"]["env_vars"] == {"KERAS_BACKEND": "torch", "A": "1"}, "the caller's options changed"
+    assert BuilderArgs.parse({"presets": "multi30k_en_de", "backend": "torch"}).backend == "torch"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        replica_actor_options(None, backend="numpy")

@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from keras_transformer import speed_paths
+from keras_transformer.training.train_step import prepare_train_step
 from keras_transformer.utils.text_libraries import tf
 
 TOKEN_ID_KEYS = ("encoder_token_ids", "encoder_padding_mask", "decoder_token_ids")
@@ -13,8 +13,8 @@ TOKEN_ID_KEYS = ("encoder_token_ids", "encoder_padding_mask", "decoder_token_ids
 
 class TransformerFitting:
     """`Transformer`'s training steps: token ids past the preprocessor, arrays
-    reshuffled every epoch, the speed paths attached, the optimizer built
-    before the first trace."""
+    reshuffled every epoch, the step prepared where it is built
+    (`training.train_step`)."""
 
     def preprocess_samples(self, x, y=None, sample_weight=None):
         # Token ids (e.g. from `keras_transformer.training.data`) skip the preprocessor.
@@ -59,15 +59,8 @@ class TransformerFitting:
         return super().fit(batches, validation_data=validation_data, shuffle=False, **kwargs)
 
     def make_train_function(self, force: bool = False):
-        # The step traced next runs with the speed paths of this runtime.
-        speed_paths.attach(self, compiled=bool(self.jit_compile) and not self.run_eagerly)
-        # Without a distribution strategy, Keras' TensorFlow trainer leaves the
-        # optimizer unbuilt until the first traced step creates its variables,
-        # and a `tf.function` that creates variables is traced twice. Built
-        # here, it is traced once, which shortens the first `fit` call. Keras
-        # builds it the same way itself on JAX, PyTorch and under a strategy.
-        if self.optimizer is not None and not self.optimizer.built:
-            self.optimizer.build(self.trainable_variables)
+        # The step traced next runs with this runtime's speed paths and a built optimizer.
+        prepare_train_step(self)
         return super().make_train_function(force)
 
 

@@ -9,6 +9,12 @@ requests get a 5xx, which a client may retry. A replica takes traffic only
 once its models are warm, and names itself in each answer's
 `X-Serve-Replica` header.
 
+Each replica's process is set up as `keras-transformer serve` sets up its
+own before Keras starts (`replica_actor_options`): JAX by default, and the
+compiled programs kept on disk (`cli.startup.compile_cache_variables`), so
+that a replica replacing another on a node finds them there: it warms up
+in seconds.
+
 Needs the `ray` extra (`pip install "keras-transformer[ray]"`), imported
 only when an application is built; the package must be installed on every
 node of the cluster.
@@ -27,11 +33,16 @@ import asyncio
 import dataclasses
 from typing import TYPE_CHECKING
 
+from keras_transformer.cli.startup import BACKENDS, compile_cache_variables
 from keras_transformer.generation.settings import SearchSettings
 from keras_transformer.server import ServiceSettings, TranslationService, app_of, load_served_models
 
 REPLICA_HEADER = "x-serve-replica"
 READY_POLL_S = 0.1
+# Serve finds a dead replica only at its next health check of it (Ray's default
+# period: 10 s), and starts its replacement then: a check costs the replica a
+# call, a later one seconds more of its load on the others.
+HEALTH_CHECK_PERIOD_S = 2.0
 
 if TYPE_CHECKING:
     from ray.serve import Application
@@ -117,10 +128,12 @@ def deployment(
     search: SearchSettings | None = None,
     engine_options: dict | None = None,
     warm_up: bool = True,
+    backend: str = "jax",
     num_replicas: int | None = None,
     autoscaling_config: dict | None = None,
     max_ongoing_requests: int = 64,
     max_queued_requests: int = 256,
+    health_check_period_s: float = HEALTH_CHECK_PERIOD_S,
     ray_actor_options: dict | None = None,
     name: str = "translation",
 ) -> "Application":
@@ -129,6 +142,8 @@ def deployment(
     Args:
         presets, settings, precision, search, engine_options, warm_up: see `TranslationReplica`
             (`settings`: `ServiceSettings()` by default).
+        backend: the replicas' Keras backend (JAX by default, as `serve`'s:
+            its compiled programs are the smallest in memory).
         num_replicas: a fixed number of replicas (Ray's default, 1, where
             neither this nor `autoscaling_config` is given).
         autoscaling_config: Ray Serve's, e.g. `{"min_replicas": 1,
@@ -138,8 +153,11 @@ def deployment(
             shares batches among these only, so give it room to fill them.
         max_queued_requests: requests waiting for a free replica beyond which
             Ray Serve answers 503 (-1 for no limit).
+        health_check_period_s: how often Serve asks each replica whether it
+            lives: a dead replica is found, and replaced, at the next check.
         ray_actor_options: each replica's resources and runtime environment,
-            e.g. `{"num_cpus": 4, "runtime_env": {"env_vars": {"KERAS_BACKEND": "jax"}}}`.
+            e.g. `{"num_cpus": 4, "runtime_env": {"env_vars": {"KERAS_TRANSFORMER_COMPILE_CACHE": "/shared"}}}`
+            (see `replica_actor_options` for what is added).
         name: the deployment's name in Ray's dashboard and `serve.status()`.
     """
     from ray import serve
@@ -148,17 +166,45 @@ def deployment(
         raise ValueError("Give num_replicas or autoscaling_config, not both: autoscaling sets the replica count.")
     options = {"num_replicas": num_replicas, "autoscaling_config": autoscaling_config}
     options = {key: value for key, value in options.items() if value is not None}
-    if ray_actor_options is not None:
-        options["ray_actor_options"] = ray_actor_options
     replicas = serve.deployment(
         serve.ingress()(TranslationReplica),
         name=name,
         max_ongoing_requests=max_ongoing_requests,
         max_queued_requests=max_queued_requests,
+        health_check_period_s=health_check_period_s,
+        ray_actor_options=replica_actor_options(ray_actor_options, backend),
         **options,
     )
     settings = settings or ServiceSettings()
     return replicas.bind(list(presets), settings, precision, search, dict(engine_options or {}), warm_up)
+
+
+def replica_actor_options(ray_actor_options: dict | None, backend: str = "jax") -> dict:
+    """`ray_actor_options` with what `keras-transformer serve` sets up before
+    Keras starts (`cli.startup.prepare`), as environment variables of each
+    replica's new process: `backend` as `KERAS_BACKEND`, and the on-disk
+    compilation caches (`compile_cache_variables`: the folders this process
+    finds, so on a cluster a path every node can write), keeping every
+    program the replica compiles. The runtime_env's own `env_vars` come first.
+
+    E.g. `replica_actor_options({"num_cpus": 1})` is `{"num_cpus": 1,
+    "runtime_env": {"env_vars": {"KERAS_BACKEND": "jax", "JAX_COMPILATION_CACHE_DIR": ..., ...}}}`.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}.")
+    options = dict(ray_actor_options or {})
+    runtime_env = dict(options.get("runtime_env") or {})
+    env_vars = {
+        "KERAS_BACKEND": backend,
+        # Every program kept, not only those that took a second to compile: a
+        # replica compiles a fixed set, and the small ones (the weights'
+        # initializers, run as a model loads) are a second of its start.
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        **compile_cache_variables(),
+        **runtime_env.get("env_vars", {}),
+    }
+    options["runtime_env"] = {**runtime_env, "env_vars": env_vars}
+    return options
 
 
 def run(
@@ -187,6 +233,7 @@ class BuilderArgs:
     max_batch_size: int = 32
     max_source_tokens: int = 64
     warm_up: bool = True
+    backend: str = "jax"
 
     @classmethod
     def parse(cls, args: dict) -> "BuilderArgs":
@@ -229,10 +276,11 @@ def app_builder(args: dict) -> "Application":
             "max_source_bucket": parsed.max_source_tokens,
         },
         warm_up=parsed.warm_up,
+        backend=parsed.backend,
         num_replicas=parsed.num_replicas,
         max_ongoing_requests=parsed.max_ongoing_requests,
         max_queued_requests=parsed.max_queued_requests,
     )
 
 
-__all__ = ["BuilderArgs", "TranslationReplica", "app_builder", "deployment", "run"]
+__all__ = ["BuilderArgs", "TranslationReplica", "app_builder", "deployment", "replica_actor_options", "run"]
