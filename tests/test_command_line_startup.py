@@ -125,6 +125,24 @@ def test_translate_refuses_optional_imports_until_the_package_is_imported(backen
     assert ("jax refused" in result.stdout) is refused
 
 
+@pytest.mark.parametrize(
+    "command, backend, kept_out",
+    [("serve", "jax", True), ("translate", "torch", True), ("translate", "tensorflow", False), ("train", "jax", False)],
+)
+def test_translate_and_serve_keep_tensorflow_out_on_jax_and_torch_for_good(command, backend, kept_out):
+    program = (
+        f"startup.prepare([{command!r}, '--preset', 'p'])\n"
+        "startup.after_imports()\n"
+        "for name in startup.TEXT_LIBRARIES:\n"
+        "    print(name, 'kept out' if name in sys.modules and sys.modules[name] is None else 'importable')\n"
+    )
+    result = run_python(program, KERAS_BACKEND=backend)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == [
+        f"{name} {'kept out' if kept_out else 'importable'}" for name in ("tensorflow", "tensorflow_text")
+    ]
+
+
 def test_translate_keeps_kagglehub_for_a_kaggle_preset():
     program = (
         "startup.prepare(['translate', '--preset', 'kaggle://me/model/keras/1', 'a dog .'])\n"

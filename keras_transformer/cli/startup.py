@@ -14,7 +14,8 @@ library, the package changes nothing of this. `prepare`:
   cache off. A damaged file there stops TensorFlow: `cli.main` then says so
   in one sentence and empties the folder;
 - for `translate` and `serve`, refuses `OPTIONAL_IMPORTS` while the package
-  imports, as if they were not installed;
+  imports, and on JAX and torch `TEXT_LIBRARIES` for good, as if they were
+  not installed;
 - keeps TensorFlow's and XLA's native log lines ("I0000 ... cudart_stub.cc
   ...") off the terminal: file descriptor 2 becomes a pipe whose lines reach
   the real stderr unless they have the native log format. Python's own
@@ -61,6 +62,11 @@ NATIVE_LOG_LINE = re.compile(
 # conversion of JAX functions, Keras' notebook display and image plots,
 # KerasHub's grain datasets and Kaggle downloads, Keras' pandas inputs to `fit`.
 # JAX stays importable when it is the backend.
+# Kept out of `translate` and `serve` on JAX and torch for the whole process:
+# there they only tokenize, which KerasHub and `marian.python_tokenization` do
+# with `sentencepiece` instead, and TensorFlow alone is most of a served
+# model's resident memory.
+TEXT_LIBRARIES = ("tensorflow", "tensorflow_text")
 OPTIONAL_IMPORTS = ("jax", "IPython", "matplotlib", "grain", "kagglehub", "pandas")
 # Refusing them was measured to shorten `translate`'s imports (pandas alone)
 # and to lower `serve`'s resident memory before it compiles anything.
@@ -116,6 +122,9 @@ def prepare(argv: list[str]) -> None:
     use_compile_cache()
     if command_of(argv) in LEAN_COMMANDS:
         refuse_optional_imports(needs_kaggle=any(arg.startswith("kaggle://") for arg in argv))
+        if configured_backend() in ("jax", "torch"):
+            for name in TEXT_LIBRARIES:
+                sys.modules.setdefault(name, None)  # `import name` raises ImportError
     if verbose_requested(argv):
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # older TensorFlow honours it

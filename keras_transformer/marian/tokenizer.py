@@ -17,7 +17,8 @@ without one.
 
 Everything runs as TensorFlow ops (tf_text's SentencePiece op and a
 `tf.lookup.StaticHashTable`), so the tokenizer works in `tf.data` and in an
-exported SavedModel, like KerasHub's own tokenizers.
+exported SavedModel, like KerasHub's own tokenizers; in a process without
+TensorFlow, `python_tokenization` does the same with `sentencepiece`.
 """
 
 import json
@@ -27,6 +28,7 @@ from pathlib import Path
 import keras
 import keras_hub
 
+from keras_transformer.marian import python_tokenization
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.models.transformer_tokenizer import TargetLanguages
 from keras_transformer.utils.language_tags import LANGUAGE_TAG, is_language_tag, language_tag, split_language_tag
@@ -36,7 +38,7 @@ from keras_transformer.utils.library_internals import (
     preprocessing_function,
     update_special_token_ids,
 )
-from keras_transformer.utils.text_libraries import require_text_libraries, tf, tf_text
+from keras_transformer.utils.text_libraries import tf, tf_text
 
 SOURCE_SPM, TARGET_SPM, VOCABULARY_JSON = "source.spm", "target.spm", "vocab.json"
 TARGET_VOCABULARY_JSON = "target_vocab.json"
@@ -130,7 +132,6 @@ class MarianTokenizer(TargetLanguages, keras_hub.tokenizers.Tokenizer):
         separate_vocabularies: bool = False,
         **kwargs,
     ):
-        require_text_libraries(type(self).__name__)
         super().__init__(**kwargs)
         self.separate_vocabularies = separate_vocabularies or target_vocabulary is not None
         self.file_assets = [SOURCE_SPM, TARGET_SPM, VOCABULARY_JSON]
@@ -178,6 +179,10 @@ class MarianTokenizer(TargetLanguages, keras_hub.tokenizers.Tokenizer):
         self._build_tf_resources()
 
     def _build_tf_resources(self) -> None:
+        if tf_text is None:  # `python_tokenization` tokenizes
+            self._source_sp = python_tokenization.sentence_piece(self.source_proto)
+            self._target_sp = python_tokenization.sentence_piece(self.target_proto)
+            return
         with tf.init_scope():
             self._source_sp = tf_text.SentencepieceTokenizer(self.source_proto, out_type=tf.string)
             self._target_sp = tf_text.SentencepieceTokenizer(self.target_proto, out_type=tf.string)
@@ -194,6 +199,8 @@ class MarianTokenizer(TargetLanguages, keras_hub.tokenizers.Tokenizer):
     def _restore_tf_resources(self) -> None:
         """Rebuilds the TF resources if `tf.random.set_seed` dropped them
         (see `TransformerTokenizer._restore_sentence_piece`)."""
+        if tf_text is None:
+            return
         with tf.init_scope():
             try:
                 self._piece_to_id.size()
@@ -215,8 +222,6 @@ class MarianTokenizer(TargetLanguages, keras_hub.tokenizers.Tokenizer):
         tables = [self._piece_to_id] + ([] if self.target_vocabulary is None else [self._target_piece_to_id])
         return [self._source_sp, self._target_sp, *tables]
 
-    # --- Vocabulary -----------------------------------------------------
-
     def get_vocabulary(self) -> list[str]:
         self._check_vocabulary()
         return list(self._pieces)
@@ -234,8 +239,6 @@ class MarianTokenizer(TargetLanguages, keras_hub.tokenizers.Tokenizer):
     def token_to_id(self, token: str) -> int:
         self._check_vocabulary()
         return self.vocabulary.get(token, self.vocabulary[self.unk_token])
-
-    # --- Target languages -------------------------------------------------
 
     def target_languages(self) -> list[str]:
         """The languages of a multilingual model, from the `>>xxx<<` pieces
@@ -305,11 +308,16 @@ class MarianTokenizer(TargetLanguages, keras_hub.tokenizers.Tokenizer):
                 tagged.append(f"{tag} {text}")
         return tagged
 
-    # --- Tokenizing -----------------------------------------------------
-
-    def _tokenize_with(self, model, table, inputs, default_language=None):
+    def _tokenize_with(self, target: bool, inputs, default_language=None):
         self._check_vocabulary()
+        if tf_text is None:
+            if target:
+                side = (self._target_sp, self.target_vocabulary or self.vocabulary, self.unk_token_id)
+            else:
+                side = (self._source_sp, self.vocabulary, self.source_unk_token_id)
+            return python_tokenization.tokenize(*side, inputs, default_language)
         self._restore_tf_resources()
+        model, table = (self._target_sp, self._target_piece_to_id) if target else (self._source_sp, self._piece_to_id)
         inputs = tf.convert_to_tensor(inputs)
         unbatched = inputs.shape.rank == 0
         if unbatched:
@@ -330,17 +338,20 @@ class MarianTokenizer(TargetLanguages, keras_hub.tokenizers.Tokenizer):
     def tokenize(self, inputs):
         """Source text to token ids (no end token), with `source.spm`; the
         `target_language` token first where a text has no language token."""
-        return self._tokenize_with(self._source_sp, self._piece_to_id, inputs, self.target_language)
+        return self._tokenize_with(False, inputs, self.target_language)
 
     @preprocessing_function
     def tokenize_target(self, inputs):
         """Target text to token ids (no end token), with `target.spm`."""
-        return self._tokenize_with(self._target_sp, self._target_piece_to_id, inputs)
+        return self._tokenize_with(True, inputs)
 
     @preprocessing_function
     def detokenize(self, inputs):
         """Token ids to text: special tokens dropped, pieces joined by `target.spm`."""
         self._check_vocabulary()
+        if tf_text is None:
+            special = {self.start_token_id, self.end_token_id, self.pad_token_id, self.unk_token_id}
+            return python_tokenization.detokenize(self._target_sp, self._target_pieces, special, inputs)
         self._restore_tf_resources()
         inputs, unbatched, _ = convert_to_ragged_batch(inputs)
         inputs = tf.cast(inputs, tf.int32)
@@ -351,8 +362,6 @@ class MarianTokenizer(TargetLanguages, keras_hub.tokenizers.Tokenizer):
         # Pieces the target model lacks come out verbatim, "▁" included.
         text = tf.strings.strip(tf.strings.regex_replace(text, WORD_START, " "))
         return tf.squeeze(text, 0) if unbatched else text
-
-    # --- Saving ---------------------------------------------------------
 
     def save_assets(self, dir_path: str) -> None:
         Path(dir_path, SOURCE_SPM).write_bytes(self.source_proto)

@@ -10,7 +10,7 @@ import keras_hub
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.utils import library_internals, special_tokens
 from keras_transformer.utils.special_tokens import END, END_ID, PAD, PAD_ID, START, START_ID, UNK, UNK_ID
-from keras_transformer.utils.text_libraries import require_text_libraries, tf, tf_text
+from keras_transformer.utils.text_libraries import tf, tf_text
 
 
 class TargetLanguages:
@@ -85,7 +85,6 @@ class TransformerTokenizer(TargetLanguages, keras_hub.tokenizers.SentencePieceTo
     backbone_cls = TransformerBackbone
 
     def __init__(self, proto=None, **kwargs):
-        require_text_libraries(type(self).__name__)
         for piece, name in ((START, "start_token"), (END, "end_token"), (PAD, "pad_token")):
             library_internals.add_special_token(self, piece, name)
         super().__init__(proto=proto, **kwargs)
@@ -125,6 +124,8 @@ class TransformerTokenizer(TargetLanguages, keras_hub.tokenizers.SentencePieceTo
         ... SentencepieceOp ... does not exist". One cheap eager look-up finds
         out, at trace time or per eager call.
         """
+        if tf_text is None:  # KerasHub tokenizes with `sentencepiece` itself
+            return
         sentence_piece = library_internals.sentence_piece_op(self)
         if self.proto is None or not isinstance(sentence_piece, tf_text.SentencepieceTokenizer):
             return
