@@ -290,8 +290,11 @@ def test_a_replica_names_itself_in_each_answer():
 def test_each_replica_runs_on_jax_with_the_compile_cache_unless_told_otherwise(monkeypatch, tmp_path):
     monkeypatch.setenv("KERAS_TRANSFORMER_COMPILE_CACHE", str(tmp_path))
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
-    variables = replica_actor_options({"num_cpus": 1})["runtime_env"]["env_vars"]
+    runtime_env = replica_actor_options({"num_cpus": 1})["runtime_env"]
+    variables = runtime_env["env_vars"]
     assert variables["KERAS_BACKEND"] == "jax"
+    # As `serve` on JAX, the replica's process keeps TensorFlow out.
+    assert runtime_env["worker_process_setup_hook"] == "keras_transformer.cli.startup.keep_text_libraries_out"
     if importlib.util.find_spec("jaxlib") is not None:
         folder = Path(variables["JAX_COMPILATION_CACHE_DIR"])
         assert folder.parent == tmp_path and folder.is_dir()
@@ -301,6 +304,8 @@ def test_each_replica_runs_on_jax_with_the_compile_cache_unless_told_otherwise(m
     assert options["num_cpus"] == 1 and options["runtime_env"]["pip"] == ["x"]
     assert options["runtime_env"]["env_vars"]["KERAS_BACKEND"] == "torch"  # the runtime_env's own comes first
     assert options["runtime_env"]["env_vars"]["A"] == "1"
+    assert "worker_process_setup_hook" in options["runtime_env"]  # a torch replica keeps TensorFlow out too
+    assert "worker_process_setup_hook" not in replica_actor_options(None, backend="tensorflow")["runtime_env"]
     assert own["runtime_env"]["env_vars"] == {"KERAS_BACKEND": "torch", "A": "1"}, "the caller's options changed"
     assert BuilderArgs.parse({"presets": "multi30k_en_de", "backend": "torch"}).backend == "torch"
     with pytest.raises(ValueError, match="backend must be one of"):

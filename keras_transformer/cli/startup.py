@@ -123,8 +123,7 @@ def prepare(argv: list[str]) -> None:
     if command_of(argv) in LEAN_COMMANDS:
         refuse_optional_imports(needs_kaggle=any(arg.startswith("kaggle://") for arg in argv))
         if configured_backend() in ("jax", "torch"):
-            for name in TEXT_LIBRARIES:
-                sys.modules.setdefault(name, None)  # `import name` raises ImportError
+            keep_text_libraries_out()
     if verbose_requested(argv):
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # older TensorFlow honours it
@@ -134,6 +133,15 @@ def prepare(argv: list[str]) -> None:
     for name in ("tensorflow", "absl", "jax"):
         logging.getLogger(name).setLevel(logging.ERROR)
     install_native_log_filter()
+
+
+def keep_text_libraries_out() -> None:
+    """Makes `TEXT_LIBRARIES` fail to import for the rest of the process, as
+    if not installed (those imported already stay): a process that translates
+    on JAX or torch then tokenizes with `sentencepiece`. Call before
+    KerasHub is imported."""
+    for name in TEXT_LIBRARIES:
+        sys.modules.setdefault(name, None)  # `import name` raises ImportError
 
 
 def refuse_optional_imports(needs_kaggle: bool = False) -> None:

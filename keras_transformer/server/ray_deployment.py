@@ -33,7 +33,7 @@ import asyncio
 import dataclasses
 from typing import TYPE_CHECKING
 
-from keras_transformer.cli.startup import BACKENDS, compile_cache_variables
+from keras_transformer.cli.startup import BACKENDS, compile_cache_variables, keep_text_libraries_out
 from keras_transformer.generation.settings import SearchSettings
 from keras_transformer.server import ServiceSettings, TranslationService, app_of, load_served_models
 
@@ -185,7 +185,9 @@ def replica_actor_options(ray_actor_options: dict | None, backend: str = "jax") 
     replica's new process: `backend` as `KERAS_BACKEND`, and the on-disk
     compilation caches (`compile_cache_variables`: the folders this process
     finds, so on a cluster a path every node can write), keeping every
-    program the replica compiles. The runtime_env's own `env_vars` come first.
+    program the replica compiles; on JAX and torch, TensorFlow kept out
+    (`keep_text_libraries_out`, as the worker's setup hook). The
+    runtime_env's own `env_vars` and hook come first.
 
     E.g. `replica_actor_options({"num_cpus": 1})` is `{"num_cpus": 1,
     "runtime_env": {"env_vars": {"KERAS_BACKEND": "jax", "JAX_COMPILATION_CACHE_DIR": ..., ...}}}`.
@@ -204,6 +206,11 @@ def replica_actor_options(ray_actor_options: dict | None, backend: str = "jax") 
         **runtime_env.get("env_vars", {}),
     }
     options["runtime_env"] = {**runtime_env, "env_vars": env_vars}
+    if env_vars["KERAS_BACKEND"] != "tensorflow" and "worker_process_setup_hook" not in runtime_env:
+        # As `serve`: TensorFlow, most of a replica's memory and seconds of its
+        # start, stays out of a JAX or torch replica.
+        hook = f"{keep_text_libraries_out.__module__}.{keep_text_libraries_out.__name__}"
+        options["runtime_env"]["worker_process_setup_hook"] = hook
     return options
 
 
