@@ -106,7 +106,7 @@ def train(directory: str, folder: str, max_steps: int, tokens_per_batch: int) ->
 
     import keras
 
-    from keras_transformer.training.run import TrainingRun
+    from keras_transformer.training_run import TrainingRun
 
     class StepEnds(keras.callbacks.Callback):
         def __init__(self):
@@ -162,7 +162,7 @@ def measure(kind: str, source: str, target: str, folder: str, args) -> dict:
 
 def measure_data(kind: str, source: str, target: str, folder: str, tokens_per_batch: int, batches: int) -> dict:
     import keras_transformer as kt
-    from keras_transformer.training import data, parallel_text, preparation, prepared
+    from keras_transformer.training import data, parallel_text, shards_reading, shards_writing
 
     tokenizer = kt.TransformerTokenizer(proto=str(VOCABULARY))
     result = {}
@@ -175,12 +175,14 @@ def measure_data(kind: str, source: str, target: str, folder: str, tokens_per_ba
         result["pairs_per_s"] = len(sources) / (time.perf_counter() - start)
         result.update(time_batches(data.token_batches(pairs, tokens_per_batch, repeat=True, seed=1), batches))
     elif kind == "prepare":
-        corpus = preparation.prepare_corpus(source, target, folder, tokenizer, 256, overwrite=True)
+        corpus = shards_writing.prepare_corpus(source, target, folder, tokenizer, 256, overwrite=True)
         result["prepare_s"] = time.perf_counter() - start
         result["pairs_per_s"] = corpus.read.pairs / result["prepare_s"]
     else:
-        corpus = prepared.PreparedCorpus.open(folder)
-        result.update(time_batches(prepared.prepared_batches(corpus, tokens_per_batch, repeat=True, seed=1), batches))
+        corpus = shards_reading.PreparedCorpus.open(folder)
+        result.update(
+            time_batches(shards_reading.prepared_batches(corpus, tokens_per_batch, repeat=True, seed=1), batches)
+        )
     return result
 
 

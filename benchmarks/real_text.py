@@ -40,9 +40,9 @@ PRECISIONS = ("float32", "mixed_bfloat16", "int8")
 
 def measure(way: str, preset: str, beam_size: int | None, limit: int | None, precision: str = "float32") -> dict:
     """One way and precision, in this process."""
-    from keras_transformer.generation.precision import load_model
+    from keras_transformer.evaluation.bleu import evaluate_translations
     from keras_transformer.models import transformer_generation
-    from keras_transformer.training.evaluation import evaluate_translations
+    from keras_transformer.presets.precision import load_model
     from keras_transformer.utils.files import read_lines
 
     if way == "full-buffer":

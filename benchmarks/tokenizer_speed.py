@@ -1,6 +1,6 @@
 """How fast SentencePiece itself tokenizes here: the ceiling of preparing a corpus.
 
-Preparation (`keras_transformer.training.preparation`) reads, tokenizes and
+Preparation (`keras_transformer.training.shards_writing`) reads, tokenizes and
 writes; tokenizing is most of its work. This times the tokenizer alone on
 the benchmark's synthetic corpus lines (two Multi30k training sentences
 joined, about 30 tokens, as `benchmarks.data_pipeline` generates them), with

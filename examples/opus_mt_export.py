@@ -9,7 +9,7 @@ What it shows:
    checksummed, with a model card naming its source and license, loading without
    conversion and without `transformers`' files.
 3. Export as a TensorFlow SavedModel (strings in, translations out, for TensorFlow
-   Serving) with `keras_transformer.generation.serving.export_saved_model`: Marian's source and
+   Serving) with `keras_transformer.generation.saved_model.export_saved_model`: Marian's source and
    target SentencePiece models and its vocab.json run inside the graph, and the
    SavedModel, loaded with TensorFlow and tensorflow_text alone, translates as
    `model.translate` does. Any other preset (e.g. `multi30k_en_de`, or one trained
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import keras_transformer as kt
 from keras_transformer.cli.commands.convert import convert
-from keras_transformer.generation.serving import export_saved_model
+from keras_transformer.generation.saved_model import export_saved_model
 from keras_transformer.marian.tokenizer import MarianTokenizer
 
 SENTENCES = ["A dog runs across the green field.", "Two children are playing in the snow."]

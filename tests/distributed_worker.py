@@ -148,7 +148,7 @@ def train_on_prepared(args, report):
     import keras
 
     from keras_transformer.training import distribution
-    from keras_transformer.training.prepared import PreparedCorpus, prepared_batches
+    from keras_transformer.training.shards_reading import PreparedCorpus, prepared_batches
 
     corpus = PreparedCorpus.open(args.prepared)
     processes, process = distribution.processes(args.strategy)

@@ -293,7 +293,7 @@ def test_a_damaged_compiled_program_is_one_sentence_and_the_next_run_works(prese
 
 @pytest.mark.parametrize("precision", ["bfloat16", "int8"])
 def test_translate_precision_loads_the_preset_in_that_precision(preset, precision):
-    from keras_transformer.generation.precision import load_model
+    from keras_transformer.presets.precision import load_model
 
     model = load_model(str(preset), precision)
     if precision == "bfloat16":

@@ -25,8 +25,8 @@ import pytest
 
 from helpers import REPO_ROOT
 from keras_transformer import LabelSmoothedCrossEntropy
-from keras_transformer.training import data, distribution, prepared
-from test_prepared import ids, prepare, write_corpus
+from keras_transformer.training import data, distribution, shards_reading
+from test_shards import ids, prepare, write_corpus
 
 WORKER = REPO_ROOT / "tests" / "distributed_worker.py"
 TIMEOUT = 300  # a bound on a hang: two processes each start TensorFlow and JAX on the same two cores
@@ -306,10 +306,10 @@ def test_jax_processes_train_on_their_own_shares_of_a_prepared_corpus(tmp_path, 
     assert codes == [0, 0], logs[0][-3000:] + logs[1][-3000:]
     reports = [_load(tmp_path / f"worker{i}") for i in range(2)]
     for index, report in enumerate(reports):
-        own = ids(prepared.prepared_pairs(corpus, shuffle=False, num_processes=2, process_index=index))
+        own = ids(shards_reading.prepared_pairs(corpus, shuffle=False, num_processes=2, process_index=index))
         assert sorted(tuple(map(tuple, pair)) for pair in report["pairs"]) == sorted(own)
         assert report["finite"] and report["replicas"] == 2
-    every = ids(prepared.prepared_pairs(corpus, shuffle=False))
+    every = ids(shards_reading.prepared_pairs(corpus, shuffle=False))
     assert sorted(tuple(map(tuple, pair)) for r in reports for pair in r["pairs"]) == sorted(every)
     first, second = (r["tokens_per_step"] for r in reports)
     assert len(first) == len(second) > 1

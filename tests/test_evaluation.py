@@ -5,7 +5,7 @@ import pytest
 import sacrebleu
 
 from keras_transformer.cli.main import main
-from keras_transformer.training.evaluation import evaluate_model, evaluate_translations, lowercase_tokenize
+from keras_transformer.evaluation.bleu import evaluate_model, evaluate_translations, lowercase_tokenize
 
 HYPOTHESES = ["The cat sat on the mat.", "A dog is running in the park!", "Two men, talking."]
 REFERENCES = ["The cat is sitting on the mat.", "A dog runs in the park!", "Two men are talking."]
@@ -142,6 +142,6 @@ def test_lowercase_tokenize_reproduces_multi30k_tokenized_test_set(multi30k):
     [("test.de", "de"), ("test_2016_flickr.fr.gz", "fr"), ("x/test.lc.norm.tok.en.gz", "en"), ("refs.txt", None)],
 )
 def test_target_language_comes_from_the_reference_suffix(path, language):
-    from keras_transformer.training.test_set import language_from_suffix
+    from keras_transformer.evaluation.test_set import language_from_suffix
 
     assert language_from_suffix(path) == language

@@ -212,7 +212,7 @@ def test_saved_model_translates_into_its_target_language(model, tmp_path):
         pytest.skip("the SavedModel export runs on TensorFlow")
     import tensorflow as tf
 
-    from keras_transformer.generation.serving import export_saved_model
+    from keras_transformer.generation.saved_model import export_saved_model
 
     with pytest.raises(ValueError, match="deu, eng, nld"):
         export_saved_model(model, tmp_path / "none")

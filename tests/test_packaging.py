@@ -1,4 +1,4 @@
-"""A wheel built from the source tree carries every shipped preset."""
+"""A wheel built from the source tree carries every package and every shipped preset."""
 
 import subprocess
 import sys
@@ -9,6 +9,19 @@ import pytest
 from helpers import REPO_ROOT
 
 SHIPPED = ["multi30k_en_de", "multi30k_en_fr"]
+
+
+def test_pyproject_lists_every_package_of_the_source_tree():
+    # setuptools installs only the packages listed: a package left out installs nowhere.
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11's TOML reader")
+    listed = set(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    in_tree = {
+        ".".join(init.parent.relative_to(REPO_ROOT).parts)
+        for init in (REPO_ROOT / "keras_transformer").rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    }
+    assert in_tree - listed == set(), "packages that pyproject.toml's [tool.setuptools] packages leaves out"
+
 
 CHILD = """
 import sys

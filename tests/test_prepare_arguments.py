@@ -5,7 +5,7 @@ import pytest
 
 import keras_transformer.cli.main as cli
 from helpers import PAIRS
-from keras_transformer.training import preparation
+from keras_transformer.training import shards_writing
 
 
 @pytest.fixture
@@ -30,5 +30,5 @@ def test_the_command_refuses_fewer_than_one_pair_per_shard(tmp_path, twenty_pair
 def test_the_library_refuses_fewer_than_one_pair_per_shard_or_chunk(tmp_path, twenty_pairs, tokenizer, sizes):
     name = next(iter(sizes))
     with pytest.raises(ValueError, match=f"{name} must be a whole number of pairs, at least 1; got 0"):
-        preparation.prepare_corpus(twenty_pairs, None, tmp_path / "data", tokenizer, **sizes)
+        shards_writing.prepare_corpus(twenty_pairs, None, tmp_path / "data", tokenizer, **sizes)
     assert not (tmp_path / "data").exists()

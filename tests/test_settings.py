@@ -8,7 +8,7 @@ import keras_transformer as kt
 from keras_transformer.cli.commands import train as train_command
 from keras_transformer.cli.search_options import add_search_arguments, search_settings
 from keras_transformer.training.recipe import TrainingRecipe
-from keras_transformer.training.trainer import Trainer
+from keras_transformer.training_run import Trainer
 
 
 def test_search_settings_are_section_6_1s_and_checked():

@@ -16,7 +16,7 @@ from keras_transformer.cli.commands import train as train_command
 from keras_transformer.training import checkpoints, data, distribution
 from keras_transformer.training.callbacks import CURVES_CSV, CURVES_PNG, read_curves
 from keras_transformer.training.recipe import TrainingRecipe
-from keras_transformer.training.trainer import Trainer
+from keras_transformer.training_run import Trainer
 
 TINY = dict(num_encoder_layers=1, num_decoder_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32, dropout=0.0)
 
@@ -498,7 +498,7 @@ def test_training_on_multi30k_lowers_the_loss_and_beats_an_untrained_model(multi
     assert curves[-1]["val_loss"] < curves[0]["val_loss"]
 
     # Translations get closer to the references than an untrained model's.
-    from keras_transformer.training.evaluation import evaluate_model
+    from keras_transformer.evaluation.bleu import evaluate_model
 
     preset = tmp_path / "preset"
     assert cli.main(["average", str(run), "--last", "1", "--out", str(preset)]) == 0

@@ -26,8 +26,7 @@ def main() -> None:
 
     from keras_transformer import TransformerTokenizer
     from keras_transformer.training import checkpoints, data
-    from keras_transformer.training.run import TrainingRun
-    from keras_transformer.training.run_folder import VOCABULARY_FILE, build_model, read_run_file
+    from keras_transformer.training_run import VOCABULARY_FILE, TrainingRun, build_model, read_run_file
     from keras_transformer.utils.files import read_lines
 
     run = read_run_file(args.run_dir)

@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from keras_transformer import TransformerTokenizer
 from keras_transformer.training import data, parallel_text
-from keras_transformer.training.run_folder import RUN_FILE, VOCABULARY_FILE
+from keras_transformer.training_run import RUN_FILE, VOCABULARY_FILE
 
 BATCHES_FILE = "batches.npz"
 

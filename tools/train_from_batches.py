@@ -21,8 +21,7 @@ import numpy as np
 from keras_transformer.models.transformer import Transformer
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.training import checkpoints
-from keras_transformer.training.run import TrainingRun
-from keras_transformer.training.run_folder import read_run_file
+from keras_transformer.training_run import TrainingRun, read_run_file
 from keras_transformer.utils.special_tokens import END_ID, PAD_ID, START_ID
 
 AVERAGED_FILE = "averaged.npz"

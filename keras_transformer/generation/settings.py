@@ -1,7 +1,7 @@
 """How translations are searched: section 6.1's settings, each default written once.
 
 `SearchSettings()` is the paper's beam search; `generate`, `translate`,
-`keras_transformer.training.evaluation.evaluate_model`, the SavedModel
+`keras_transformer.evaluation.bleu.evaluate_model`, the SavedModel
 export and the command line take their defaults from it. `LENGTH_BUCKET` is
 the width step of the batches a search is compiled for.
 """

@@ -64,7 +64,7 @@ def load_served_models(
 
     Args:
         specs: see `parse_model_spec`.
-        precision: `"float32"`, `"bfloat16"` or `"int8"` (see `generation.precision.load_model`;
+        precision: `"float32"`, `"bfloat16"` or `"int8"` (see `presets.precision.load_model`;
             the ctranslate2 engine takes float32 and int8).
         search: the search every request gets (by default each model's own).
         engine: `"keras"` (`ModelEngine`: the model itself, compiled per batch
@@ -72,7 +72,7 @@ def load_served_models(
             for CTranslate2; needs the ctranslate2 extra).
         **engine_options: the engine's keywords.
     """
-    from keras_transformer.generation.precision import load_model
+    from keras_transformer.presets.precision import load_model
 
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}; got {engine!r}.")

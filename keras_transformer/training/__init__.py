@@ -1,4 +1,7 @@
-"""The training recipe of section 5: optimizer, schedule, loss, metrics."""
+"""The training recipe of section 5 (optimizer, schedule, loss, metrics, the
+training step, callbacks, checkpoints) and the data it trains on: parallel text
+batched by tokens, corpora tokenized once into shards. A training run built on
+them is `keras_transformer.training_run`."""
 
 from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.metrics import MaskedAccuracy, TargetTokens

@@ -170,7 +170,7 @@ class ValidationBleu(keras.callbacks.Callback):
         self.beam_size = beam_size
 
     def on_epoch_end(self, epoch, logs=None):
-        from keras_transformer.training.evaluation import evaluate_translations
+        from keras_transformer.evaluation.bleu import evaluate_translations
 
         if logs is None or not self.sources:
             return

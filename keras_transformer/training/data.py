@@ -13,7 +13,7 @@ The pieces, from files to model-ready batches:
   `TransformerPreprocessor`'s output.
 - `bucket_batches` is the same bucketing
   one pair at a time, for corpora prepared on disk
-  (`keras_transformer.training.prepared`).
+  (`keras_transformer.training.shards_reading`).
 
 Example:
 >>> import keras_transformer as kt

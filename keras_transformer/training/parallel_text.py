@@ -1,7 +1,7 @@
 """Reading parallel text: two line-aligned files (plain or `.gz`) or one TSV file, checked.
 
 `read_parallel` reads a corpus into memory and `stream_parallel` yields it
-pair by pair (for `keras_transformer.training.prepared`); both refuse
+pair by pair (for `keras_transformer.training.shards_reading`); both refuse
 mismatched line counts, empty lines and bytes that are not UTF-8 with a
 `ValueError` naming the file and line, or, with `skip_bad=True`, skip them
 and count them in a `ReadReport`.

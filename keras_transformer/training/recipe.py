@@ -1,7 +1,7 @@
 """The training recipe of section 5: each of the paper's training defaults, written once.
 
 `TrainingRecipe()` is the paper's recipe; the optimizer, the schedule, the
-loss, `Transformer.compile`, the backbone's dropout, `keras_transformer.training.trainer`
+loss, `Transformer.compile`, the backbone's dropout, `keras_transformer.training_run.trainer`
 and `keras-transformer train` all take their defaults from it.
 """
 

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_transformer.training.run_folder import average_into_preset
+    from keras_transformer.training_run import average_into_preset
     from keras_transformer.utils.errors import UserError
 
     if args.last < 1:

@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_transformer.training.test_set import evaluate_files
+    from keras_transformer.evaluation.test_set import evaluate_files
     from keras_transformer.utils.files import write_text_atomically
 
     search = search_settings(args)

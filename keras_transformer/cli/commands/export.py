@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     import keras
 
     from keras_transformer import Transformer
-    from keras_transformer.generation.serving import export_saved_model
+    from keras_transformer.generation.saved_model import export_saved_model
     from keras_transformer.utils.errors import UserError
 
     if args.format == "transformers":

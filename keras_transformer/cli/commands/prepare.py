@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_transformer.training import preparation
+    from keras_transformer.training import shards_writing
 
     if args.pairs_per_shard < 1:  # before the vocabulary's training, which takes a while
         raise UserError(
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
             "Leave it out for 100,000 pairs per shard."
         )
     tokenizer = _vocabulary(args)
-    corpus = preparation.prepare_corpus(
+    corpus = shards_writing.prepare_corpus(
         args.src,
         args.tgt,
         args.out,
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _vocabulary(args):
     from keras_transformer import TransformerTokenizer, train_tokenizer
-    from keras_transformer.training.preparation import sample_sentences
+    from keras_transformer.training.shards_writing import sample_sentences
 
     if args.vocabulary:
         return TransformerTokenizer(proto=args.vocabulary)

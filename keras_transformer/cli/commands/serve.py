@@ -34,7 +34,7 @@ import sys
 
 from keras_transformer.cli import startup
 from keras_transformer.cli.search_options import add_search_arguments, search_settings
-from keras_transformer.generation.precision import PRECISIONS
+from keras_transformer.presets.precision import PRECISIONS
 from keras_transformer.utils.errors import UserError
 
 logger = logging.getLogger("keras_transformer.server")

@@ -25,7 +25,7 @@ import json
 import warnings
 
 from keras_transformer.presets.catalog import ARCHITECTURES
-from keras_transformer.training.run import DEFAULT_OPTIONS, TrainingRun, backbone_arguments
+from keras_transformer.training_run import DEFAULT_OPTIONS, TrainingRun, backbone_arguments
 from keras_transformer.utils.errors import UserError
 
 ARCHITECTURE_FLAGS = {

@@ -25,7 +25,7 @@ import time
 
 from keras_transformer.cli.line_groups import line_groups, with_copies
 from keras_transformer.cli.search_options import add_search_arguments, search_settings
-from keras_transformer.generation.precision import PRECISIONS, load_model
+from keras_transformer.presets.precision import PRECISIONS, load_model
 
 CHUNK_BATCHES = 8  # batches read, translated and written at a time
 # On TensorFlow, inputs of at most this many sentences decode eagerly (`_compile_search`).

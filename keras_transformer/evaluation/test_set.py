@@ -14,8 +14,8 @@ ValueError: ...test.en has 1 lines but ...test.de has 2: source and reference fi
 import os
 import re
 
+from keras_transformer.evaluation.bleu import EvaluationResult, evaluate_model
 from keras_transformer.models.transformer import Transformer
-from keras_transformer.training.evaluation import EvaluationResult, evaluate_model
 from keras_transformer.utils.files import read_lines
 
 

@@ -34,7 +34,7 @@ from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.metrics import MaskedAccuracy, TargetTokens
 from keras_transformer.training.optimizer import recipe_optimizer
 from keras_transformer.training.recipe import TrainingRecipe
-from keras_transformer.training.run_folder import CHECKPOINT_DIR
+from keras_transformer.training_run.folder import CHECKPOINT_DIR
 
 CHECKPOINT_MINUTES = 10.0  # section 6.1: "checkpoints, which were written at 10-minute intervals"
 

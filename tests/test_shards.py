@@ -1,4 +1,4 @@
-"""Corpora prepared once into shards and streamed (keras_transformer.training.prepared),
+"""Corpora prepared once into shards and streamed (keras_transformer.training.shards_reading),
 against the in-memory path (read_parallel, tokenize_pairs, token_batches) on small corpora."""
 
 import gzip
@@ -10,9 +10,9 @@ import pytest
 
 import keras_transformer as kt
 import keras_transformer.cli.main as cli
-import keras_transformer.training.run as run_module
+import keras_transformer.training_run.run as run_module
 from helpers import REPO_ROOT, TINY_TRAIN_ARGUMENTS
-from keras_transformer.training import data, parallel_text, preparation, prepared
+from keras_transformer.training import data, parallel_text, shards_reading, shards_writing
 
 WORDS = "a dog cat man woman runs play sleeps two dogs . ein hund katze frau singt".split()  # the tokenizer's
 
@@ -34,7 +34,7 @@ def prepare(source, target, out, tokenizer, **options):
     options = {"max_length": 16, "chunk_size": 16, "pairs_per_shard": 24, **options}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return preparation.prepare_corpus(source, target, out, tokenizer, **options)
+        return shards_writing.prepare_corpus(source, target, out, tokenizer, **options)
 
 
 def in_memory(source, target, tokenizer, max_length=16):
@@ -69,30 +69,30 @@ def test_prepared_pairs_are_the_in_memory_token_ids_in_corpus_order(tmp_path, co
     assert (corpus.pairs, corpus.dropped, corpus.read) == (len(pairs), pairs.dropped, report)
     assert (corpus.source_tokens + 2 * corpus.pairs, corpus.target_tokens + corpus.pairs) == pairs.num_tokens()
     expected = list(zip(map(tuple, pairs.sources.to_list()), map(tuple, pairs.targets.to_list())))
-    assert ids(prepared.prepared_pairs(corpus, shuffle=False)) == expected
-    reopened = prepared.PreparedCorpus.open(tmp_path / "data")
+    assert ids(shards_reading.prepared_pairs(corpus, shuffle=False)) == expected
+    reopened = shards_reading.PreparedCorpus.open(tmp_path / "data")
     assert reopened == corpus
-    assert reopened.tokenizer_sha256 == prepared.tokenizer_checksum(reopened.tokenizer())
+    assert reopened.tokenizer_sha256 == shards_reading.tokenizer_checksum(reopened.tokenizer())
     assert reopened.tokenizer().proto == tokenizer.proto
 
 
 def test_streamed_batches_hold_every_kept_pair_once_per_epoch_as_in_memory_batches(tmp_path, corpus_files, tokenizer):
     corpus = prepare(*corpus_files, tmp_path / "data", tokenizer)
     pairs, _ = in_memory(*corpus_files, tokenizer)
-    streamed = prepared.prepared_batches(corpus, 64, seed=3, shuffle_buffer=40)
+    streamed = shards_reading.prepared_batches(corpus, 64, seed=3, shuffle_buffer=40)
     remembered = data.token_batches(pairs, 64, seed=3)
     assert streamed.element_spec == remembered.element_spec
     assert sorted(batch_pairs(streamed)) == sorted(batch_pairs(remembered))
     # Shuffled, not in corpus order; the same seed gives the same order.
-    order = ids(prepared.prepared_pairs(corpus, seed=5, shuffle_buffer=40))
-    assert order == ids(prepared.prepared_pairs(corpus, seed=5, shuffle_buffer=40))
-    assert order != ids(prepared.prepared_pairs(corpus, shuffle=False))
+    order = ids(shards_reading.prepared_pairs(corpus, seed=5, shuffle_buffer=40))
+    assert order == ids(shards_reading.prepared_pairs(corpus, seed=5, shuffle_buffer=40))
+    assert order != ids(shards_reading.prepared_pairs(corpus, shuffle=False))
 
 
 def test_repeated_streaming_is_whole_epochs_each_reshuffled(tmp_path, corpus_files, tokenizer):
     corpus = prepare(*corpus_files, tmp_path / "data", tokenizer)
-    one_epoch = sorted(ids(prepared.prepared_pairs(corpus, shuffle=False)))
-    stream = ids(prepared.prepared_pairs(corpus, seed=1, shuffle_buffer=40, repeat=True).take(2 * corpus.pairs))
+    one_epoch = sorted(ids(shards_reading.prepared_pairs(corpus, shuffle=False)))
+    stream = ids(shards_reading.prepared_pairs(corpus, seed=1, shuffle_buffer=40, repeat=True).take(2 * corpus.pairs))
     first, second = stream[: corpus.pairs], stream[corpus.pairs :]
     assert sorted(first) == sorted(second) == one_epoch
     assert first != second
@@ -100,22 +100,22 @@ def test_repeated_streaming_is_whole_epochs_each_reshuffled(tmp_path, corpus_fil
 
 def test_processes_read_their_own_pairs_and_together_every_pair_once(tmp_path, corpus_files, tokenizer):
     corpus = prepare(*corpus_files, tmp_path / "data", tokenizer)
-    every = ids(prepared.prepared_pairs(corpus, shuffle=False))
+    every = ids(shards_reading.prepared_pairs(corpus, shuffle=False))
     per_process = [
-        ids(prepared.prepared_pairs(corpus, seed=2, num_processes=2, process_index=index)) for index in (0, 1)
+        ids(shards_reading.prepared_pairs(corpus, seed=2, num_processes=2, process_index=index)) for index in (0, 1)
     ]
     assert sorted(map(len, per_process)) == [corpus.pairs // 2, -(-corpus.pairs // 2)]
     assert sorted(per_process[0] + per_process[1]) == sorted(every)
     more_processes_than_shards = len(corpus.shards) + 1
     shares = [
-        ids(prepared.prepared_pairs(corpus, num_processes=more_processes_than_shards, process_index=index))
+        ids(shards_reading.prepared_pairs(corpus, num_processes=more_processes_than_shards, process_index=index))
         for index in range(more_processes_than_shards)
     ]
     assert all(shares) and sorted(sum(shares, [])) == sorted(every)
 
 
 def test_an_interrupted_preparation_leaves_nothing_readable(tmp_path, corpus_files, tokenizer, monkeypatch):
-    records = preparation._record
+    records = shards_writing._record
     calls = []
 
     def fail_after_two_records(*args):
@@ -124,22 +124,22 @@ def test_an_interrupted_preparation_leaves_nothing_readable(tmp_path, corpus_fil
             raise KeyboardInterrupt
         return records(*args)
 
-    monkeypatch.setattr(preparation, "_record", fail_after_two_records)
+    monkeypatch.setattr(shards_writing, "_record", fail_after_two_records)
     with pytest.raises(KeyboardInterrupt):
         prepare(*corpus_files, tmp_path / "data", tokenizer)
     assert len(calls) == 3  # it was writing shards when interrupted
     assert not (tmp_path / "data").exists()
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".data")]
     with pytest.raises(ValueError, match="holds no manifest.json"):
-        prepared.PreparedCorpus.open(tmp_path / "data")
+        shards_reading.PreparedCorpus.open(tmp_path / "data")
 
 
 def test_shards_without_their_manifest_are_refused(tmp_path, corpus_files, tokenizer):
     # What a process killed before the final rename would leave, had it written in place.
     corpus = prepare(*corpus_files, tmp_path / "data", tokenizer)
-    (corpus.folder / prepared.MANIFEST_FILE).unlink()
+    (corpus.folder / shards_reading.MANIFEST_FILE).unlink()
     with pytest.raises(ValueError, match="its preparation did not finish"):
-        prepared.PreparedCorpus.open(corpus.folder)
+        shards_reading.PreparedCorpus.open(corpus.folder)
 
 
 def test_an_existing_folder_is_replaced_only_when_asked(tmp_path, corpus_files, tokenizer):
@@ -148,7 +148,7 @@ def test_an_existing_folder_is_replaced_only_when_asked(tmp_path, corpus_files, 
     with pytest.raises(ValueError, match="already holds a prepared corpus"):
         prepare(*corpus_files, out, tokenizer)
     assert prepare(*corpus_files, out, tokenizer, max_length=32, overwrite=True).max_length == 32
-    assert prepared.PreparedCorpus.open(out).max_length == 32
+    assert shards_reading.PreparedCorpus.open(out).max_length == 32
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "mine.txt").write_text("keep")
     with pytest.raises(ValueError, match="is not a prepared corpus"):
@@ -177,18 +177,18 @@ def test_bad_lines_are_refused_or_counted_as_read_parallel_does(tmp_path, tokeni
     sources, targets, report = parallel_text.read_parallel(*files, skip_bad=True)
     corpus = prepare(*files, tmp_path / "data", tokenizer, skip_bad=True)
     assert corpus.read == report and report.skipped > 0
-    assert prepared.PreparedCorpus.open(tmp_path / "data").read == report
-    assert ids(prepared.prepared_pairs(corpus, shuffle=False)) == [
+    assert shards_reading.PreparedCorpus.open(tmp_path / "data").read == report
+    assert ids(shards_reading.prepared_pairs(corpus, shuffle=False)) == [
         (tuple(np.asarray(tokenizer(s))), tuple(np.asarray(tokenizer(t)))) for s, t in zip(sources, targets)
     ]
 
 
 def test_the_vocabulary_sample_is_bounded_and_drawn_from_both_sides(tmp_path, corpus_files):
     sources, targets, _ = parallel_text.read_parallel(*corpus_files)
-    sample = preparation.sample_sentences(*corpus_files, 50)
+    sample = shards_writing.sample_sentences(*corpus_files, 50)
     assert len(sample) == 50 and set(sample) <= set(sources + targets)
     assert set(sample) & set(sources) and set(sample) & set(targets)
-    assert len(preparation.sample_sentences(*corpus_files, 10_000)) == 300
+    assert len(shards_writing.sample_sentences(*corpus_files, 10_000)) == 300
 
 
 def test_prepare_and_train_commands(tmp_path, corpus_files, capsys):
@@ -196,7 +196,7 @@ def test_prepare_and_train_commands(tmp_path, corpus_files, capsys):
     source, target = map(str, corpus_files)
     prepare_command = ["prepare", "--src", source, "--tgt", target, "--max-length", "16", "--out", str(out)]
     assert cli.main(prepare_command + ["--vocab-size", "40", "--pairs-per-shard", "20"]) == 0
-    manifest = json.loads((out / prepared.MANIFEST_FILE).read_text())
+    manifest = json.loads((out / shards_reading.MANIFEST_FILE).read_text())
     assert manifest["read"]["pairs"] == 150 and len(manifest["shards"]) > 1
     assert cli.main(prepare_command + ["--vocab-size", "40"]) == 1
     assert "already holds a prepared corpus" in capsys.readouterr().err
@@ -224,7 +224,7 @@ def test_a_run_from_text_trains_the_vocabulary_and_batches_as_it_did_in_memory(t
     assert streamed_vocabulary.proto == kt.train_tokenizer(sources + targets, 40).proto
     corpus = prepare(*corpus_files, tmp_path / "data", tokenizer, pairs_per_shard=100_000)
     pairs, _ = in_memory(*corpus_files, tokenizer)
-    streamed = prepared.prepared_batches(corpus, 64, seed=3, repeat=True).take(60)  # over 2 epochs
+    streamed = shards_reading.prepared_batches(corpus, 64, seed=3, repeat=True).take(60)  # over 2 epochs
     remembered = data.token_batches(pairs, 64, seed=3, repeat=True).take(60)
     assert batch_pairs(streamed) == batch_pairs(remembered)
 
@@ -234,15 +234,15 @@ def test_a_run_prepares_its_text_once_and_refuses_other_text(tmp_path, corpus_fi
     options = dict(src=source, tgt=target, max_length=16, vocab_size=40)
     (tmp_path / "run").mkdir()
     folder = run_module.TrainingRun(str(tmp_path / "run"), "transformer_tiny", **options)._prepare_text()
-    corpus = prepared.PreparedCorpus.open(folder)
-    assert corpus.inputs == [source, target] and corpus.tokenizer_sha256 == prepared.tokenizer_checksum(
+    corpus = shards_reading.PreparedCorpus.open(folder)
+    assert corpus.inputs == [source, target] and corpus.tokenizer_sha256 == shards_reading.tokenizer_checksum(
         kt.TransformerTokenizer(proto=str(tmp_path / "run" / "vocabulary.spm"))
     )
 
     def no_second_preparation(*args, **kwargs):
         raise AssertionError("prepared again")
 
-    monkeypatch.setattr(preparation, "prepare_corpus", no_second_preparation)
+    monkeypatch.setattr(shards_writing, "prepare_corpus", no_second_preparation)
     assert run_module.TrainingRun(str(tmp_path / "run"), "transformer_tiny", **options)._prepare_text() == folder
     other = run_module.TrainingRun(str(tmp_path / "run"), "transformer_tiny", **{**options, "tgt": source})
     with pytest.raises(ValueError, match="train in a new run folder"):
@@ -256,14 +256,14 @@ def test_a_datasets_dataset_of_translations_is_prepared_as_its_text_would_be(tmp
     dataset = datasets.Dataset.from_dict({"translation": rows})
     corpus = prepare(dataset, None, tmp_path / "data", tokenizer, languages=("en", "de"))
     from_files = prepare(*corpus_files, tmp_path / "files", tokenizer)
-    assert ids(prepared.prepared_pairs(corpus, shuffle=False)) == ids(
-        prepared.prepared_pairs(from_files, shuffle=False)
+    assert ids(shards_reading.prepared_pairs(corpus, shuffle=False)) == ids(
+        shards_reading.prepared_pairs(from_files, shuffle=False)
     )
     assert (corpus.pairs, corpus.dropped, corpus.read) == (from_files.pairs, from_files.dropped, report)
     assert corpus.inputs == ["a datasets.Dataset (en-de)"]
     # The other direction, and a row with an empty side refused or counted as a line is.
     reverse = prepare(dataset, None, tmp_path / "reverse", tokenizer, languages=("de", "en"))
-    assert ids(prepared.prepared_pairs(reverse, shuffle=False))[0][0] == tuple(np.asarray(tokenizer(targets[0])))
+    assert ids(shards_reading.prepared_pairs(reverse, shuffle=False))[0][0] == tuple(np.asarray(tokenizer(targets[0])))
     empty = datasets.Dataset.from_dict({"translation": rows[:3] + [{"en": " ", "de": "ein hund ."}]})
     with pytest.raises(ValueError, match="row 4: empty sentence"):
         prepare(empty, None, tmp_path / "empty", tokenizer, languages=("en", "de"))
@@ -284,7 +284,7 @@ def test_preparation_tokenizes_as_tensorflow_pipelines_do():
         "ÄÖÜ äöü ß ﬁ and 日本語",
         "x",
     ]
-    flat, lengths = preparation._id_rows(tokenizer, sentences)
+    flat, lengths = shards_writing._id_rows(tokenizer, sentences)
     in_tensorflow = tf.function(tokenizer)(tf.constant(sentences))
     assert lengths.tolist() == in_tensorflow.row_lengths().numpy().tolist()
     assert flat.tolist() == in_tensorflow.flat_values.numpy().tolist()

@@ -14,7 +14,7 @@ import pytest
 
 import keras_transformer as kt
 from helpers import make_model
-from keras_transformer.generation.serving import export_saved_model
+from keras_transformer.generation.saved_model import export_saved_model
 
 pytestmark = [
     pytest.mark.slow,  # an export and a fresh TensorFlow process: ~40 s

@@ -6,7 +6,7 @@ files in one streaming pass (with `read_parallel`'s checks and counts: it is
 pairs too long for `max_length` as `tokenize_pairs` does, and writes the
 token ids into sharded TFRecord files, the vocabulary, and last a manifest
 (`manifest.json`). Memory is bounded by a chunk, whatever the corpus size.
-`keras_transformer.training.prepared` reads the folder back.
+`keras_transformer.training.shards_reading` reads the folder back.
 
 A chunk is tokenized by the tokenizer's own `tokenize` on a Python list,
 outside TensorFlow: KerasHub then encodes it with the `sentencepiece`
@@ -41,7 +41,7 @@ import numpy as np
 
 from keras_transformer.training.data import fits_max_length
 from keras_transformer.training.parallel_text import ReadReport, stream_parallel
-from keras_transformer.training.prepared import (
+from keras_transformer.training.shards_reading import (
     FIELDS,
     MANIFEST_FILE,
     SHARD_PATTERN,

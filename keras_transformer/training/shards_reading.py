@@ -3,7 +3,7 @@
 `keras-transformer train --src --tgt` holds every pair in memory and
 tokenizes the corpus at each start; at the paper's scale (WMT 2014, millions
 of pairs) that takes more memory than a training host has. A corpus that
-`keras_transformer.training.preparation.prepare_corpus` wrote is read here:
+`keras_transformer.training.shards_writing.prepare_corpus` wrote is read here:
 
 - `PreparedCorpus.open(folder)` reads the manifest; a folder without one (a
   preparation that did not finish) is refused.
@@ -15,7 +15,7 @@ of pairs) that takes more memory than a training host has. A corpus that
 Example:
 >>> import pathlib, tempfile
 >>> import keras_transformer as kt
->>> from keras_transformer.training.preparation import prepare_corpus
+>>> from keras_transformer.training.shards_writing import prepare_corpus
 >>> folder = pathlib.Path(tempfile.mkdtemp())
 >>> _ = (folder / "a.tsv").write_text("a dog runs .\\tein hund rennt .\\n" * 8)
 >>> tokenizer = kt.train_tokenizer(["a dog runs .", "ein hund rennt ."] * 20, 40)

@@ -1,12 +1,12 @@
 """The processes of a multi-host run share a prepared corpus's pairs evenly
-(`training.prepared.prepared_pairs`), whatever its number of shards."""
+(`training.shards_reading.prepared_pairs`), whatever its number of shards."""
 
 import collections
 import itertools
 import warnings
 
 from helpers import PAIRS
-from keras_transformer.training import preparation, prepared
+from keras_transformer.training import shards_reading, shards_writing
 
 SHARDS, PAIRS_PER_SHARD, PROCESSES = 3, 10, 2
 
@@ -24,7 +24,7 @@ def three_shards(tmp_path, tokenizer):
     path.write_text("".join(f"{s}\t{t}\n" for s, t in distinct_pairs(SHARDS * PAIRS_PER_SHARD)), encoding="utf-8")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        corpus = preparation.prepare_corpus(
+        corpus = shards_writing.prepare_corpus(
             path, None, tmp_path / "data", tokenizer, chunk_size=PAIRS_PER_SHARD, pairs_per_shard=PAIRS_PER_SHARD
         )
     assert [shard["pairs"] for shard in corpus.shards] == [PAIRS_PER_SHARD] * SHARDS
@@ -37,10 +37,10 @@ def ids(dataset):
 
 def test_processes_read_disjoint_equal_shares_of_every_pair_whatever_the_shard_count(tmp_path, tokenizer):
     corpus = three_shards(tmp_path, tokenizer)
-    every = ids(prepared.prepared_pairs(corpus, shuffle=False))
+    every = ids(shards_reading.prepared_pairs(corpus, shuffle=False))
     assert len(set(every)) == corpus.pairs
     shares = [
-        ids(prepared.prepared_pairs(corpus, seed=index, num_processes=PROCESSES, process_index=index))
+        ids(shards_reading.prepared_pairs(corpus, seed=index, num_processes=PROCESSES, process_index=index))
         for index in range(PROCESSES)
     ]
     assert [len(share) for share in shares] == [corpus.pairs // PROCESSES] * PROCESSES
@@ -52,6 +52,8 @@ def test_processes_of_a_step_based_run_see_every_pair_equally_often(tmp_path, to
     steps = 2 * corpus.pairs  # pairs each process reads: four of its passes
     seen = collections.Counter()
     for index in range(PROCESSES):
-        stream = prepared.prepared_pairs(corpus, seed=index, repeat=True, num_processes=PROCESSES, process_index=index)
+        stream = shards_reading.prepared_pairs(
+            corpus, seed=index, repeat=True, num_processes=PROCESSES, process_index=index
+        )
         seen.update(ids(stream.take(steps)))
     assert collections.Counter(seen.values()) == {PROCESSES * steps // corpus.pairs: corpus.pairs}

@@ -11,7 +11,7 @@ processes each read them into memory instead).
 
 Example, Multi30k's Transformer-Tiny recipe:
 
-    from keras_transformer.training.run import TrainingRun
+    from keras_transformer.training_run import TrainingRun
 
     run = TrainingRun("runs/en_de", "transformer_tiny", src="train.en.gz", tgt="train.de.gz", max_steps=8000)
     run.train()
@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable, Iterator
 
 from keras_transformer.presets.catalog import ARCHITECTURES
 from keras_transformer.training.recipe import TrainingRecipe
-from keras_transformer.training.run_folder import DATA_FOLDER, RUN_FILE, VOCABULARY_FILE, build_model, read_run_file
-from keras_transformer.training.trainer import CHECKPOINT_MINUTES, Trainer, TrainingResult
+from keras_transformer.training_run.folder import DATA_FOLDER, RUN_FILE, VOCABULARY_FILE, build_model, read_run_file
+from keras_transformer.training_run.trainer import CHECKPOINT_MINUTES, Trainer, TrainingResult
 from keras_transformer.utils.errors import UserError
 from keras_transformer.utils.files import file_replaced_atomically
 
@@ -146,7 +146,7 @@ class TrainingRun:
         import keras
 
         from keras_transformer.training import data, distribution
-        from keras_transformer.training.prepared import prepared_batches
+        from keras_transformer.training.shards_reading import prepared_batches
 
         options = self.options
         if options["coordinator"]:
@@ -286,8 +286,8 @@ class TrainingRun:
 
         A resumed run reads it, tokenizing nothing again.
         """
-        from keras_transformer.training.preparation import prepare_corpus
-        from keras_transformer.training.prepared import MANIFEST_FILE, PreparedCorpus
+        from keras_transformer.training.shards_reading import MANIFEST_FILE, PreparedCorpus
+        from keras_transformer.training.shards_writing import prepare_corpus
 
         options = self.options
         folder = os.path.join(self.directory, DATA_FOLDER)
@@ -311,7 +311,7 @@ class TrainingRun:
     def _prepared(self, folder: str, write: bool = True):
         """A prepared corpus and its tokenizer, which the run folder's (and `vocabulary`) must match."""
         from keras_transformer.models.transformer_tokenizer import TransformerTokenizer
-        from keras_transformer.training.prepared import PreparedCorpus, tokenizer_checksum
+        from keras_transformer.training.shards_reading import PreparedCorpus, tokenizer_checksum
 
         options = self.options
         corpus = PreparedCorpus.open(folder)
