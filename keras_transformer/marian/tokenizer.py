@@ -29,6 +29,7 @@ import keras
 import keras_hub
 
 from keras_transformer.marian import python_tokenization
+from keras_transformer.marian.python_tokenization import WORD_START
 from keras_transformer.models.transformer_backbone import TransformerBackbone
 from keras_transformer.models.transformer_tokenizer import TargetLanguages
 from keras_transformer.utils.language_tags import LANGUAGE_TAG, is_language_tag, language_tag, split_language_tag
@@ -42,7 +43,6 @@ from keras_transformer.utils.text_libraries import tf, tf_text
 
 SOURCE_SPM, TARGET_SPM, VOCABULARY_JSON = "source.spm", "target.spm", "vocab.json"
 TARGET_VOCABULARY_JSON = "target_vocab.json"
-WORD_START = "\u2581"  # SentencePiece's "▁"
 
 
 def _read_bytes(value) -> bytes | None:

@@ -1,11 +1,12 @@
-"""TensorFlow and tensorflow-text: text processing needs them, the models do not.
+"""TensorFlow and tensorflow-text: `tf.data` pipelines need them, the models do not.
 
-The tokenizers, preprocessors and the `tf.data` pipeline use TensorFlow on
-every Keras backend (as KerasHub's do); the layers, backbone, search and
-training step do not. Modules import the libraries from here, so that on a
-machine with only JAX or PyTorch (a GPU box without TensorFlow) the models
-still import and run, and using text processing says what is missing, as
-KerasHub's `assert_tf_libs_installed` does for its own tokenizers.
+The `tf.data` pipelines, and tokenizers inside them or inside a SavedModel,
+use TensorFlow on every Keras backend (as KerasHub's do); elsewhere the
+tokenizers work without it (with `sentencepiece`), and the layers, backbone,
+search and training step never use it. Modules import the libraries from
+here, so that on a machine with only JAX or PyTorch (a GPU box without
+TensorFlow) the models still import and run, and a pipeline that needs them
+says what is missing, as KerasHub's `assert_tf_libs_installed` does.
 """
 
 try:
