@@ -62,14 +62,15 @@ NATIVE_LOG_LINE = re.compile(
 # conversion of JAX functions, Keras' notebook display and image plots,
 # KerasHub's grain datasets and Kaggle downloads, Keras' pandas inputs to `fit`.
 # JAX stays importable when it is the backend.
+OPTIONAL_IMPORTS = ("jax", "IPython", "matplotlib", "grain", "kagglehub", "pandas")
+# Refusing them was measured to shorten `translate`'s imports (pandas alone)
+# and to lower `serve`'s resident memory before it compiles anything.
+
 # Kept out of `translate` and `serve` on JAX and torch for the whole process:
 # there they only tokenize, which KerasHub and `marian.python_tokenization` do
 # with `sentencepiece` instead, and TensorFlow alone is most of a served
 # model's resident memory.
 TEXT_LIBRARIES = ("tensorflow", "tensorflow_text")
-OPTIONAL_IMPORTS = ("jax", "IPython", "matplotlib", "grain", "kagglehub", "pandas")
-# Refusing them was measured to shorten `translate`'s imports (pandas alone)
-# and to lower `serve`'s resident memory before it compiles anything.
 LEAN_COMMANDS = ("translate", "serve")
 # `serve` may be stopped while its warm-up thread compiles, which Python's
 # finalization would wait for (a non-daemon thread) or tear down mid-call (a

@@ -198,11 +198,7 @@ def replica_actor_options(ray_actor_options: dict | None, backend: str = "jax") 
     runtime_env = dict(options.get("runtime_env") or {})
     env_vars = {
         "KERAS_BACKEND": backend,
-        # Every program kept, not only those that took a second to compile: a
-        # replica compiles a fixed set, and the small ones (the weights'
-        # initializers, run as a model loads) are a second of its start.
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-        **compile_cache_variables(),
+        **compile_cache_variables(),  # every program kept, as `serve` keeps them
         **runtime_env.get("env_vars", {}),
     }
     options["runtime_env"] = {**runtime_env, "env_vars": env_vars}
