@@ -55,6 +55,41 @@ def test_label_smoothing_matches_the_formula_and_ignores_padding():
     assert float(kt.LabelSmoothedCrossEntropy(0.1)(labels, logits)) == pytest.approx(loss, rel=1e-6)
 
 
+def _logits_gradient(loss, labels, logits):
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return np.asarray(jax.grad(lambda z: loss(labels, z))(logits))
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        z = tf.constant(logits)
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            value = loss(labels, z)
+        return tape.gradient(value, z).numpy()
+    import torch
+
+    z = torch.tensor(logits, requires_grad=True)
+    loss(torch.tensor(labels), z).backward()
+    return z.grad.numpy()
+
+
+def test_label_smoothing_gradient_is_softmax_minus_the_smoothed_target():
+    rng = np.random.RandomState(1)
+    logits = rng.normal(size=(2, 3, 6)).astype("float32")
+    labels = np.array([[4, 2, 0], [5, 3, 0]])
+    gradient = _logits_gradient(kt.LabelSmoothedCrossEntropy(0.1), labels, logits)
+    target = np.zeros_like(logits)
+    target[..., 3:] = 0.1 / 3  # <pad>, <unk> and <s> get no smoothing mass
+    target += 0.9 * np.eye(6, dtype="float32")[labels]
+    softmax = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    real_tokens = (labels != 0)[..., None]
+    expected = (softmax - target) * real_tokens / real_tokens.sum()
+    np.testing.assert_allclose(gradient, expected, atol=1e-6)
+
+
 def test_masked_accuracy_ignores_padding():
     metric = kt.MaskedAccuracy()
     labels = np.array([[5, 6, 0, 0]])
