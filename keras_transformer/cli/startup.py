@@ -61,10 +61,10 @@ NATIVE_LOG_LINE = re.compile(
 # KerasHub, for what `translate` and `serve` never do: TensorFlow Lite's
 # conversion of JAX functions, Keras' notebook display and image plots,
 # KerasHub's grain datasets and Kaggle downloads, Keras' pandas inputs to `fit`.
-# JAX stays importable when it is the backend.
+# JAX stays importable when it is the backend. Refusing them was measured to
+# shorten `translate`'s imports (pandas alone) and to lower `serve`'s resident
+# memory before it compiles anything.
 OPTIONAL_IMPORTS = ("jax", "IPython", "matplotlib", "grain", "kagglehub", "pandas")
-# Refusing them was measured to shorten `translate`'s imports (pandas alone)
-# and to lower `serve`'s resident memory before it compiles anything.
 
 # Kept out of `translate` and `serve` on JAX and torch for the whole process:
 # there they only tokenize, which KerasHub and `marian.python_tokenization` do
