@@ -1,6 +1,7 @@
 """`keras-transformer serve` as users run it: a process on a port, LibreTranslate's
 client, and SIGTERM answering every request in flight before exiting 0."""
 
+import json
 import os
 import signal
 import socket
@@ -27,15 +28,17 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _start(backend: str, *options: str) -> tuple[subprocess.Popen, str]:
+def _start(backend: str, log, *options: str) -> tuple[subprocess.Popen, str]:
+    """A ready server whose output goes to the file `log`: a pipe nobody reads
+    would fill with the access log and stall the server in its next write."""
     port = _free_port()
     command = [sys.executable, "-m", "keras_transformer.cli", "serve", "multi30k_en_de", "--port", str(port)]
     command += ["--backend", backend, "--max-batch-size", "1", "--max-source-tokens", "32", *options]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ})
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while True:
-        assert server.poll() is None, server.stdout.read().decode(errors="replace")[-3000:]
+        assert server.poll() is None, open(log.name, errors="replace").read()[-3000:]
         assert time.monotonic() < deadline, "the server did not get ready in 600 s"
         try:
             if httpx.get(f"{url}/health", timeout=5).status_code == 200:
@@ -45,19 +48,30 @@ def _start(backend: str, *options: str) -> tuple[subprocess.Popen, str]:
         time.sleep(0.5)
 
 
+def _held_body(release: threading.Event):
+    """A /translate body of `MANY` whose second half is sent once `release` is
+    set: the request is in flight until then, however fast the server decodes."""
+    body = json.dumps({"q": MANY, "source": "en", "target": "de"}).encode()
+    yield body[: len(body) // 2]
+    release.wait(120)
+    yield body[len(body) // 2 :]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("backend", "options"), [("tensorflow", ()), ("jax", ("--greedy",)), ("torch", ("--greedy",))])
-def test_serve_answers_libretranslate_s_client_and_drains_on_sigterm(backend, options):
+def test_serve_answers_libretranslate_s_client_and_drains_on_sigterm(backend, options, tmp_path):
     if backend != "tensorflow":
         pytest.importorskip(backend)
-    server, url = _start(backend, *options)
+    with open(tmp_path / "server.log", "wb") as log:
+        server, url = _start(backend, log, *options)
+    release = threading.Event()
     try:
         assert libretranslatepy.LibreTranslateAPI(url + "/").translate(SENTENCE, "en", "de") == TRANSLATION
         answers = []
 
         def send():
-            body = {"q": MANY, "source": "en", "target": "de"}
-            answers.append(httpx.post(f"{url}/translate", json=body, timeout=120))
+            headers = {"content-type": "application/json"}
+            answers.append(httpx.post(f"{url}/translate", content=_held_body(release), headers=headers, timeout=120))
 
         senders = [threading.Thread(target=send) for _ in range(3)]
         for sender in senders:
@@ -65,8 +79,9 @@ def test_serve_answers_libretranslate_s_client_and_drains_on_sigterm(backend, op
         deadline = time.monotonic() + 60
         while "translate_requests_in_flight 3.0" not in httpx.get(f"{url}/metrics", timeout=5).text:
             assert time.monotonic() < deadline, "the requests never reached the server"
-            time.sleep(0.01)
+            time.sleep(0.05)
         server.send_signal(signal.SIGTERM)
+        release.set()
         for sender in senders:
             sender.join(120)
         assert [answer.status_code for answer in answers] == [200] * 3
@@ -75,6 +90,7 @@ def test_serve_answers_libretranslate_s_client_and_drains_on_sigterm(backend, op
         with pytest.raises(httpx.TransportError):
             httpx.get(f"{url}/health", timeout=5)
     finally:
+        release.set()
         if server.poll() is None:
             server.kill()
         server.wait()
