@@ -25,6 +25,13 @@ def test_a_one_to_many_model_translates_from_its_source_only():
         router.route("fr", "es")
 
 
+@pytest.mark.parametrize("name", ["opus-mt-tc-big-en-cat_oci_spa", "hf://Helsinki-NLP/opus-mt-tc-big-en-cat_oci_spa"])
+def test_an_opus_mt_name_s_joined_targets_are_targets_of_its_one_source(name):
+    # In Opus-MT's names `-` parts the source from the targets and `_` joins languages: not Occitan -> Spanish.
+    model = served_model(name, StubEngine(["cat", "oci", "spa"]))
+    assert model.sources == ("en",) and model.targets == ("ca", "oc", "es")
+
+
 def test_a_one_to_many_model_s_target_reaches_the_engine_as_its_token():
     engine = StubEngine(ROMANCE)
     service = TranslationService([served_model("opus-mt-tc-big-en-itc", engine)])

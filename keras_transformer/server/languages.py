@@ -20,6 +20,8 @@ True
 ('en', 'en')
 >>> source_from_name("opus-mt-tc-big-gmw-gmw"), source_from_name("my_model")
 (None, None)
+>>> pair_from_name("opus-mt-tc-big-en-cat_oci_spa"), source_from_name("opus-mt-tc-big-en-cat_oci_spa")
+(None, 'en')
 >>> tokens_by_code(["cmn_Hans", "cmn_Hant", "deu", "por", "pt_BR", "yue_Hant"])
 {'zh': 'cmn_Hans', 'de': 'deu', 'pt': 'por', 'yue': 'yue_Hant'}
 """
@@ -30,11 +32,16 @@ from collections.abc import Iterable
 import langcodes
 import pycountry
 
-# A name that ends in two language codes: `..._en_de`, `...-hi-en`.
-_NAME_PAIR = re.compile(r"(?:^|[_\-/])([a-z]{2,3})[_\-]([a-z]{2,3})$")
-# A name that ends in a language code and a group of languages, in Opus-MT's
-# capitals (`opus-mt-en-ROMANCE`) or as an ISO 639-5 family (`...-en-zle`).
-_NAME_SOURCE = re.compile(r"(?:^|[_\-/])([a-z]{2,3})[_\-]([A-Z][A-Z_]*|[a-z]{3})$")
+_CODE = re.compile(r"[a-z]{2,3}")
+
+
+def _sides(name: str) -> tuple[str, str] | None:
+    """The last two parts of a name, its source and target side. Opus-MT's names
+    part them with `-` and join the languages of one side with `_`
+    (`opus-mt-tc-big-en-cat_oci_spa`); other names may use either (`multi30k_en_de`)."""
+    base = str(name).rstrip("/").rsplit("/", 1)[-1]
+    parts = re.split("-" if base.lower().startswith("opus-mt-") else "[-_]", base)
+    return (parts[-2], parts[-1]) if len(parts) >= 2 else None
 
 
 def _language(value: str):
@@ -63,22 +70,23 @@ def language_name(value: str) -> str:
 def pair_from_name(name: str) -> tuple[str, str] | None:
     """`(source, target)` codes read off a preset or repository name that ends in
     two language codes (`multi30k_en_de`, `opus-mt-hi-en`); `None` otherwise."""
-    match = _NAME_PAIR.search(str(name).rstrip("/").lower())
-    if match is None:
+    sides = _sides(str(name).lower())
+    if sides is None or not all(_CODE.fullmatch(side) for side in sides):
         return None
-    source, target = (code(part) for part in match.groups())
+    source, target = (code(side) for side in sides)
     return (source, target) if source and target else None
 
 
 def source_from_name(name: str) -> str | None:
     """The source code of a name that ends in a language code and then a
-    group of languages (`opus-mt-en-ROMANCE`, `opus-mt-tc-big-en-zle`: `en`);
-    `None` for other names."""
-    match = _NAME_SOURCE.search(str(name).rstrip("/"))
-    if match is None:
+    group of languages (`opus-mt-en-ROMANCE`, `opus-mt-tc-big-en-zle`: `en`)
+    or several joined by `_` (`opus-mt-tc-big-en-cat_oci_spa`); `None` for other names."""
+    sides = _sides(name)
+    if sides is None or not _CODE.fullmatch(sides[0]):
         return None
-    source, group = match.groups()
-    if not group.isupper() and pycountry.language_families.get(alpha_3=group) is None:
+    source, targets = sides
+    several = "_" in targets and all(code(target) for target in targets.split("_"))
+    if not (targets.isupper() or several or pycountry.language_families.get(alpha_3=targets) is not None):
         return None
     return code(source)
 
