@@ -35,6 +35,8 @@ BLEU_TOLERANCE = 0.5
         ("  He came.   Did he?\tYes!  ", "en", [("He came.", "   "), ("Did he?", "\t"), ("Yes!", "")]),
         ("Dr. Smith paid 3.5 dollars. He left.", "en", [("Dr. Smith paid 3.5 dollars.", " "), ("He left.", "")]),
         ("Das ist z. B. gut. Noch einer.", "de", [("Das ist z. B. gut.", " "), ("Noch einer.", "")]),
+        ("M. Dupont arrive. Il a faim.", "fr", [("M. Dupont arrive.", " "), ("Il a faim.", "")]),
+        ("Il a dit non. A. Dupont est parti.", "fr", [("Il a dit non.", " "), ("A. Dupont est parti.", "")]),
         ("यह एक वाक्य है। यह दूसरा है।", "hi", [("यह एक वाक्य है।", " "), ("यह दूसरा है।", "")]),
         ("雨です。晴れ！", None, [("雨です。", ""), ("晴れ！", "")]),
         ("no end", None, [("no end", "")]),

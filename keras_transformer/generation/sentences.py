@@ -13,7 +13,9 @@ generic rules), so that "Dr. Smith", "z. B." and "3.5" stay whole. pysbd has
 rules for 22 languages only. sentencex ends sentences at paragraph breaks but
 not at a single line break; here a line break ends one too (a greeting, a
 list item, a line without a full stop), unless a lowercase letter follows it:
-then it is a hard-wrapped line that goes on.
+then it is a hard-wrapped line that goes on. sentencex also ends a sentence
+after an initial that begins one ("M. Dupont", French for Mr Dupont); here
+the initial stays with its sentence.
 
 Example:
 >>> split_sentences("Dr. Smith paid 3.5 dollars. He left!\\n\\nDas ist z. B. gut.")
@@ -42,7 +44,7 @@ def split_sentences(text: str, language: str | None = None) -> list[tuple[str, s
             abbreviations; by default generic rules.
     """
     sentences, position = [], 0
-    pieces = (piece for line in _lines(text) for piece in sentencex.segment(language or GENERIC_LANGUAGE, line))
+    pieces = (piece for line in _lines(text) for piece in _segments(line, language or GENERIC_LANGUAGE))
     for piece in pieces:
         sentence = piece.strip()
         if sentence:
@@ -53,6 +55,25 @@ def split_sentences(text: str, language: str | None = None) -> list[tuple[str, s
             sentences.append((sentence, ""))
             position = start + len(sentence)
     return sentences
+
+
+def _segments(line: str, language: str) -> list[str]:
+    """sentencex's sentences of one line, with each initial that it ended a
+    sentence at (it does at a sentence's start: "A. Dupont", and French "M.",
+    Mr) joined to the sentence it begins."""
+    segments = []
+    for piece in sentencex.segment(language, line):
+        if segments and _is_initial(segments[-1]):
+            segments[-1] += piece
+        else:
+            segments.append(piece)
+    return segments
+
+
+def _is_initial(piece: str) -> bool:
+    """A capital and a full stop: an initial, never a sentence."""
+    piece = piece.strip()
+    return len(piece) == 2 and piece[0].isupper() and piece[1] == "."
 
 
 def _lines(text: str) -> list[str]:
