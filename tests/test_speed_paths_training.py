@@ -45,7 +45,7 @@ def test_openblas_products_give_the_plain_logits_and_gradients(tokenizer):
     def logits_and_gradients():
         def score(values):
             hidden, _ = backbone.stateless_call(values, others, INPUTS)
-            logits = backbone.logits(hidden)
+            logits = backbone.logits(hidden["decoder_sequence_output"])
             return jnp.sum(jnp.sin(logits) * weights), logits
 
         (_, logits), gradients = jax.jit(jax.value_and_grad(score, has_aux=True))(trainable)
