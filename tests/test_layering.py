@@ -35,6 +35,7 @@ LAYERS = [
         "speed_paths.eager_ops",
         "speed_paths.einsum_equations",
         "speed_paths.in_place_cache_writes",
+        "speed_paths.openblas_products",
         "speed_paths.registry",
         "speed_paths.runtime",
         "speed_paths.tensorflow_eager_ops",

@@ -35,6 +35,7 @@ from keras_transformer.speed_paths import (  # noqa: F401  (each registers its p
     direct_calls,
     eager_ops,
     in_place_cache_writes,
+    openblas_products,
     threefry_dropout,
     torch_int8,
     torch_linear,
@@ -59,7 +60,9 @@ class _Attachment:
     previous: list[tuple[weakref.ref, dict]]
 
 
-def attach(model: keras.layers.Layer, runtime: runtimes.Runtime | None = None, compiled: bool = False) -> tuple:
+def attach(
+    model: keras.layers.Layer, runtime: runtimes.Runtime | None = None, compiled: bool = False, training: bool = False
+) -> tuple:
     """Attaches the speed paths chosen for `runtime` to `model.backbone` (or `model`).
 
     Args:
@@ -67,12 +70,13 @@ def attach(model: keras.layers.Layer, runtime: runtimes.Runtime | None = None, c
         runtime: by default this process's (`describe_runtime()`).
         compiled: whether the step being built is compiled (XLA on
             TensorFlow and JAX, `torch.compile` on torch).
+        training: whether it is a training step (else a search).
 
     Returns:
         The names of the paths attached.
     """
     root = getattr(model, "backbone", model)
-    runtime = dataclasses.replace(runtime or runtimes.describe_runtime(), compiled=compiled)
+    runtime = dataclasses.replace(runtime or runtimes.describe_runtime(), compiled=compiled, training=training)
     chosen = tuple(name for name, path in PATHS.items() if path.applies_to(runtime))
     with _LOCK:
         attached = _ATTACHED.get(root)

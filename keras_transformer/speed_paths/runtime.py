@@ -33,6 +33,7 @@ class Runtime:
         paths_off: names of speed paths switched off (`"all"` for every one).
         compiled: whether the step the paths are attached for is compiled
             (XLA on TensorFlow and JAX, `torch.compile` on torch).
+        training: whether that step is a training step (else a search).
     """
 
     backend: str
@@ -41,6 +42,7 @@ class Runtime:
     cores: int = 1
     paths_off: frozenset = frozenset()
     compiled: bool = False
+    training: bool = False
 
     @property
     def compiles_with_xla(self) -> bool:

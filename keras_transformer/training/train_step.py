@@ -35,7 +35,8 @@ def prepare_train_step(model: keras.Model) -> tuple:
     >>> model.optimizer.built
     True
     """
-    attached = speed_paths.attach(model, compiled=bool(model.jit_compile) and not model.run_eagerly)
+    compiled = bool(model.jit_compile) and not model.run_eagerly
+    attached = speed_paths.attach(model, compiled=compiled, training=True)
     if model.optimizer is not None and not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
     return attached
