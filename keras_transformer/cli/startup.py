@@ -39,6 +39,8 @@ import threading
 from pathlib import Path
 from typing import NoReturn
 
+from keras_transformer.utils.files import cache_home
+
 VERBOSE_VARIABLE = "KERAS_TRANSFORMER_VERBOSE"
 COMPILE_CACHE_VARIABLE = "KERAS_TRANSFORMER_COMPILE_CACHE"
 BACKENDS = ("tensorflow", "jax", "torch")
@@ -209,8 +211,7 @@ def compile_cache_root() -> Path | None:
         return None
     if setting:
         return Path(setting).expanduser()
-    cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
-    return Path(cache_home).expanduser() / "keras_transformer" / "compiled"
+    return cache_home() / "compiled"
 
 
 def use_compile_cache() -> None:

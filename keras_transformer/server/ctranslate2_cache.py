@@ -22,7 +22,7 @@ import numpy as np
 
 from keras_transformer.marian.export import export_transformers
 from keras_transformer.marian.export_tokenizer import marian_vocabularies
-from keras_transformer.utils.files import folder_replaced_atomically
+from keras_transformer.utils.files import cache_home, folder_replaced_atomically
 
 EXTRA_INSTALL = 'pip install "keras-transformer[ctranslate2]"'
 # Bumped when the conversion changes, so that older cached models are not reused.
@@ -44,7 +44,7 @@ def import_ctranslate2():
 
 def cache_root() -> Path:
     """`$XDG_CACHE_HOME/keras_transformer/ctranslate2` (`~/.cache/...` by default)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "keras_transformer" / "ctranslate2"
+    return cache_home() / "ctranslate2"
 
 
 def cache_key(model, quantization: str | None) -> str:

@@ -29,6 +29,7 @@ import keras
 from keras_transformer.layers.scaled_shared_embedding import ScaledSharedEmbedding
 from keras_transformer.speed_paths.registry import SpeedPath, register
 from keras_transformer.speed_paths.runtime import Runtime
+from keras_transformer.utils.files import cache_home
 
 TARGET = "keras_transformer_openblas_product"
 SOURCE = Path(__file__).with_suffix(".cc")
@@ -53,17 +54,12 @@ def handler_registered() -> bool:
         return False
     library = Path(scipy_openblas64.get_lib_dir()) / f"lib{scipy_openblas64.get_library()}.so"
     key = hashlib.sha256(SOURCE.read_bytes() + jax.__version__.encode() + str(library).encode()).hexdigest()[:16]
-    built = _cache_folder() / f"openblas_products-{key}.so"
+    built = cache_home() / f"openblas_products-{key}.so"
     if not built.exists() and not _compile(compiler, library, built, jax.ffi.include_dir()):
         return False
     handler = ctypes.cdll.LoadLibrary(str(built)).OpenblasProduct
     jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(handler), platform="cpu")
     return True
-
-
-def _cache_folder() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "keras_transformer"
 
 
 def _compile(compiler: str, library: Path, built: Path, include: str) -> bool:

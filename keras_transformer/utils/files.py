@@ -10,6 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def cache_home() -> Path:
+    """`$XDG_CACHE_HOME/keras_transformer` (`~/.cache/keras_transformer` by
+    default): where the package keeps what it builds for this machine."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "keras_transformer"
+
+
 def fsync_directory(directory: str | os.PathLike) -> None:
     """Makes the renames inside `directory` durable (a no-op on Windows,
     which cannot open a directory and makes renames durable itself)."""
